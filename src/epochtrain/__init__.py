@@ -1,0 +1,1 @@
+"""epochtrain: iterator-style epoch trainers for deep reinforcement learning."""

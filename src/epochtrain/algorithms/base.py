@@ -1,0 +1,78 @@
+"""Policy: the abstract interface every algorithm implements for the trainers.
+
+A policy acts (``act``), prepares a collected rollout for learning (``process_rollout``:
+returns, advantages, targets) and takes one gradient step per ``learn`` call, returning
+its own typed :class:`~epochtrain.stats.TrainingStats`. Its optimizers belong to it and
+travel in its ``state_dict`` (through ``get_extra_state``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Generic
+
+import gymnasium as gym
+import torch
+from torch import Tensor, nn
+
+from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.stats import TTrainingStats
+
+__all__ = ["ActResult", "Policy"]
+
+
+class Policy(nn.Module, Generic[TTrainingStats], ABC):
+    """Abstract policy, generic in the training statistics its ``learn`` returns.
+
+    Subclasses create their networks and fill ``self.optimizers`` (name to optimizer) in
+    ``__init__``; everything else in this base is shared machinery.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = torch.device(device)
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+
+    @abstractmethod
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        """Actions (and extras to store) for a batch of observations; runs without grad."""
+
+    def process_rollout(self, batch: Batch) -> Batch:
+        """Add learning targets to a ``[time, env]`` rollout; the default changes nothing."""
+        return batch
+
+    @abstractmethod
+    def learn(self, batch: Batch) -> TTrainingStats:
+        """One gradient step on ``batch``; returns the stats of that step."""
+
+    def set_progress(self, env_step: int) -> None:
+        """Tell the policy how many env steps have been collected (drives schedules)."""
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """Optimizer states, so that ``state_dict`` carries them."""
+        return {"optimizers": {k: v.state_dict() for k, v in self.optimizers.items()}}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore the optimizer states saved by :meth:`get_extra_state`."""
+        saved = state["optimizers"]
+        if set(saved) != set(self.optimizers):
+            raise ValueError(
+                f"state_dict holds optimizers {sorted(saved)}, this policy has "
+                f"{sorted(self.optimizers)}: load a state_dict of the same algorithm"
+            )
+        for name, opt_state in saved.items():
+            self.optimizers[name].load_state_dict(opt_state)
+
+    def to_tensor(self, obs: Obs) -> Obs:
+        """Observations moved to the policy's device as float tensors where needed."""
+        if isinstance(obs, Tensor):
+            return obs.to(self.device)
+        return {k: self.to_tensor(v) for k, v in obs.items()}

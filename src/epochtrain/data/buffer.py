@@ -1,0 +1,293 @@
+"""ReplayBuffer: preallocated ``[capacity // num_envs, num_envs]`` storage, a ring per env.
+
+The collector writes one row per vector step (one transition per env, all envs at the
+same time index), so each env's column keeps its rollout order and GAE or n-step returns
+vectorise over the time axis. Storage is allocated on the first ``add`` from the shapes
+and dtypes it sees, lives in CPU memory (writes go through numpy views, so a row costs a
+few microseconds), and sampled batches are moved to ``device``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from epochtrain.data.batch import EXTRA_FIELDS, Batch, Obs
+
+__all__ = ["BUFFER_FORMAT_VERSION", "ReplayBuffer"]
+
+BUFFER_FORMAT_VERSION = 1
+"""Version of the on-disk format written by :meth:`ReplayBuffer.save`."""
+
+ObsArray = np.ndarray | dict[str, Any]
+_FIXED = ("act", "rew", "terminated", "truncated", "valid")
+
+
+def _alloc(example: np.ndarray, rows: int, num_envs: int) -> Tensor:
+    arr = np.asarray(example)
+    dtype = arr.dtype
+    if dtype == np.float64:
+        dtype = np.dtype(np.float32)
+    return torch.zeros(
+        (rows, num_envs, *arr.shape[1:]), dtype=torch.from_numpy(arr[:0].astype(dtype)).dtype
+    )
+
+
+def _alloc_obs(example: ObsArray, rows: int, num_envs: int) -> Obs:
+    if isinstance(example, dict):
+        return {k: _alloc_obs(v, rows, num_envs) for k, v in example.items()}
+    return _alloc(example, rows, num_envs)
+
+
+def _numpy_views(obs: Obs) -> Any:
+    if isinstance(obs, Tensor):
+        return obs.numpy()
+    return {k: _numpy_views(v) for k, v in obs.items()}
+
+
+def _write_obs(view: Any, t: int, value: ObsArray) -> None:
+    if isinstance(view, dict):
+        assert isinstance(value, dict)
+        for k, v in view.items():
+            _write_obs(v, t, value[k])
+    else:
+        view[t] = value
+
+
+def _obs_index(obs: Obs, fn: Any) -> Obs:
+    if isinstance(obs, Tensor):
+        result: Tensor = fn(obs)
+        return result
+    return {k: _obs_index(v, fn) for k, v in obs.items()}
+
+
+class ReplayBuffer:
+    """Ring buffer of transitions from ``num_envs`` parallel envs.
+
+    ``capacity`` counts transitions over all envs; each env's ring holds
+    ``capacity // num_envs`` of them. ``device`` is where sampled batches go.
+    """
+
+    def __init__(self, capacity: int, num_envs: int = 1, *, device: str | torch.device = "cpu"):
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if not isinstance(capacity, int) or capacity < num_envs:
+            raise ValueError(
+                f"capacity must be an int >= num_envs ({num_envs}), got {capacity!r}: "
+                "each env needs room for at least one transition"
+            )
+        self.capacity = capacity
+        self.num_envs = num_envs
+        self.rows = capacity // num_envs
+        self.device = torch.device(device)
+        self._cursor = 0  # next time row to write
+        self._size = 0  # filled time rows
+        self._n_invalid = 0
+        self._storage: dict[str, Any] | None = None
+        self._views: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- writing
+    def add(
+        self,
+        obs: ObsArray,
+        act: np.ndarray,
+        rew: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        obs_next: ObsArray,
+        extras: dict[str, np.ndarray] | None = None,
+        valid: np.ndarray | None = None,
+    ) -> None:
+        """Write one transition per env at the current time row.
+
+        ``valid`` marks rows that hold a real transition (False for the reset step of a
+        NEXT_STEP-autoreset env); those rows are never sampled nor learned from.
+        """
+        extras = extras or {}
+        if self._storage is None:
+            self._allocate(obs, act, extras)
+        t = self._cursor
+        v = self._views
+        if self._size == self.rows:
+            self._n_invalid -= int((~v["valid"][t]).sum())
+        _write_obs(v["obs"], t, obs)
+        _write_obs(v["obs_next"], t, obs_next)
+        v["act"][t] = act
+        v["rew"][t] = rew
+        v["terminated"][t] = terminated
+        v["truncated"][t] = truncated
+        if valid is None:
+            v["valid"][t] = True
+        else:
+            v["valid"][t] = valid
+            self._n_invalid += int((~valid).sum())
+        for k, value in extras.items():
+            v[k][t] = value
+        self._cursor = (t + 1) % self.rows
+        self._size = min(self._size + 1, self.rows)
+
+    def _allocate(self, obs: ObsArray, act: np.ndarray, extras: dict[str, np.ndarray]) -> None:
+        unknown = set(extras) - set(EXTRA_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"extras {sorted(unknown)} are not Batch fields; allowed: {EXTRA_FIELDS}"
+            )
+        n, rows = self.num_envs, self.rows
+        act_arr = np.asarray(act)
+        if act_arr.dtype == np.float64:
+            act_arr = act_arr.astype(np.float32)
+        storage: dict[str, Any] = {
+            "obs": _alloc_obs(obs, rows, n),
+            "obs_next": _alloc_obs(obs, rows, n),
+            "act": _alloc(act_arr, rows, n),
+            "rew": torch.zeros((rows, n), dtype=torch.float32),
+            "terminated": torch.zeros((rows, n), dtype=torch.bool),
+            "truncated": torch.zeros((rows, n), dtype=torch.bool),
+            "valid": torch.zeros((rows, n), dtype=torch.bool),
+        }
+        for k, value in extras.items():
+            storage[k] = _alloc(np.asarray(value), rows, n)
+        self._set_storage(storage)
+
+    def _set_storage(self, storage: dict[str, Any]) -> None:
+        self._storage = storage
+        self._views = {k: _numpy_views(v) for k, v in storage.items()}
+
+    def clear(self) -> None:
+        """Forget every transition (storage stays allocated)."""
+        self._cursor = 0
+        self._size = 0
+        self._n_invalid = 0
+
+    # ----------------------------------------------------------------- reading
+    def __len__(self) -> int:
+        """Number of stored transitions over all envs."""
+        return self._size * self.num_envs
+
+    @property
+    def n_valid(self) -> int:
+        """Number of stored transitions that can be sampled."""
+        return len(self) - self._n_invalid
+
+    def _batch(self, fn: Any) -> Batch:
+        assert self._storage is not None
+        s = self._storage
+        extras = {k: fn(v) for k, v in s.items() if k in EXTRA_FIELDS}
+        return Batch(
+            obs=_obs_index(s["obs"], fn),
+            act=fn(s["act"]),
+            rew=fn(s["rew"]),
+            terminated=fn(s["terminated"]),
+            truncated=fn(s["truncated"]),
+            obs_next=_obs_index(s["obs_next"], fn),
+            **extras,
+        ).to(self.device)
+
+    def sample(self, batch_size: int) -> Batch:
+        """``batch_size`` transitions drawn uniformly (with replacement) from valid rows.
+
+        Uses torch's global generator, which the trainer swaps per trainer.
+        """
+        if self.n_valid == 0:
+            raise ValueError("cannot sample from an empty ReplayBuffer: collect data first")
+        idx = self.sample_indices(batch_size)
+        return self.get(idx)
+
+    def sample_indices(self, batch_size: int) -> Tensor:
+        """Flat indices (``time * num_envs + env``) of ``batch_size`` valid transitions."""
+        total = len(self)
+        idx = torch.randint(total, (batch_size,))
+        if self._n_invalid:
+            valid = self._storage["valid"].reshape(-1) if self._storage is not None else None
+            assert valid is not None
+            bad = ~valid[idx]
+            while bool(bad.any()):
+                idx[bad] = torch.randint(total, (int(bad.sum()),))
+                bad = ~valid[idx]
+        return idx
+
+    def get(self, flat_index: Tensor) -> Batch:
+        """The transitions at flat indices ``time * num_envs + env``."""
+        return self._batch(lambda t: t.reshape(-1, *t.shape[2:])[flat_index])
+
+    def rollout(self) -> Batch:
+        """Every stored transition shaped ``[time, env]``, oldest row first."""
+        if self._size == 0:
+            raise ValueError("the buffer is empty: collect a rollout before reading it")
+        if self._size < self.rows:
+            return self._batch(lambda t: t[: self._size])
+        order = (torch.arange(self.rows) + self._cursor) % self.rows
+        return self._batch(lambda t: t[order])
+
+    # --------------------------------------------------------------- persisting
+    def state_dict(self) -> dict[str, Any]:
+        """Storage (only the filled rows) and cursor, for checkpoints and files."""
+        storage = None
+        if self._storage is not None:
+            storage = {k: _obs_index(v, lambda t: t.clone()) for k, v in self._storage.items()}
+        return {
+            "format_version": BUFFER_FORMAT_VERSION,
+            "capacity": self.capacity,
+            "num_envs": self.num_envs,
+            "cursor": self._cursor,
+            "size": self._size,
+            "n_invalid": self._n_invalid,
+            "storage": storage,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (capacity and num_envs must match)."""
+        if state["capacity"] != self.capacity or state["num_envs"] != self.num_envs:
+            raise ValueError(
+                f"buffer state has capacity={state['capacity']}, num_envs={state['num_envs']}; "
+                f"this buffer has capacity={self.capacity}, num_envs={self.num_envs}"
+            )
+        self._cursor = int(state["cursor"])
+        self._size = int(state["size"])
+        self._n_invalid = int(state["n_invalid"])
+        if state["storage"] is None:
+            self._storage, self._views = None, {}
+        else:
+            self._set_storage(state["storage"])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the buffer to ``path`` atomically (temporary file, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(self.state_dict(), f)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, device: str | torch.device = "cpu"
+    ) -> ReplayBuffer:
+        """Read a buffer written by :meth:`save`; a bad file raises naming the path."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"buffer file {str(path)!r} does not exist")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:
+            raise ValueError(
+                f"buffer file {str(path)!r} is corrupt or not a buffer: {exc}"
+            ) from exc
+        if not isinstance(state, dict) or state.get("format_version") != BUFFER_FORMAT_VERSION:
+            raise ValueError(
+                f"buffer file {str(path)!r} is not an epochtrain buffer of format "
+                f"version {BUFFER_FORMAT_VERSION}"
+            )
+        buf = cls(state["capacity"], state["num_envs"], device=device)
+        buf.load_state_dict(state)
+        return buf

@@ -1,0 +1,60 @@
+"""Small networks the algorithms share: an MLP and the flat-input size of a space."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from torch import Tensor, nn
+
+__all__ = ["MLP", "flat_dim"]
+
+
+def flat_dim(space: gym.Space[Any]) -> int:
+    """Number of inputs a flat network needs for observations of ``space``."""
+    if isinstance(space, gym.spaces.Box):
+        return int(np.prod(space.shape))
+    if isinstance(space, gym.spaces.Discrete):
+        return 1
+    raise ValueError(
+        f"observation_space {space!r} is not supported by the flat MLP networks: "
+        "use a Box or Discrete observation space (flatten Dict spaces with "
+        "gymnasium.wrappers.FlattenObservation)"
+    )
+
+
+class MLP(nn.Module):
+    """Fully connected network ``in_dim -> hidden... -> out_dim``; input is flattened."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        hidden: Sequence[int] = (64, 64),
+        activation: type[nn.Module] = nn.Tanh,
+        out_gain: float | None = None,
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        last = in_dim
+        for h in hidden:
+            layers += [nn.Linear(last, h), activation()]
+            last = h
+        out = nn.Linear(last, out_dim)
+        if out_gain is not None:
+            for layer in layers:
+                if isinstance(layer, nn.Linear):
+                    nn.init.orthogonal_(layer.weight, gain=float(np.sqrt(2)))
+                    nn.init.zeros_(layer.bias)
+            nn.init.orthogonal_(out.weight, gain=out_gain)
+            nn.init.zeros_(out.bias)
+        layers.append(out)
+        self.net = nn.Sequential(*layers)
+        self.in_dim = in_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Apply the network to ``x`` flattened to ``[batch, in_dim]``."""
+        out: Tensor = self.net(x.reshape(x.shape[0], self.in_dim).float())
+        return out

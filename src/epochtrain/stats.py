@@ -1,0 +1,253 @@
+"""Typed statistics the trainers return: collect, training, info and per-epoch stats.
+
+Every class is a plain ``@dataclass`` so ``dataclasses.asdict`` serialises it. Data flows
+one way: the collector fills :class:`CollectStats`, a policy's ``learn`` fills a
+:class:`TrainingStats` subclass per gradient step, the trainer aggregates those and wraps
+everything into an :class:`EpochStats`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+__all__ = [
+    "CollectStats",
+    "EpochStats",
+    "InfoStats",
+    "MovAvg",
+    "SequenceSummaryStats",
+    "TTrainingStats",
+    "TrainingStats",
+    "aggregate_training_stats",
+]
+
+
+@dataclass
+class SequenceSummaryStats:
+    """Mean, standard deviation, minimum and maximum of a sequence of numbers."""
+
+    mean: float
+    std: float
+    min: float
+    max: float
+
+    @classmethod
+    def from_sequence(cls, values: Sequence[float] | np.ndarray) -> SequenceSummaryStats:
+        """Summarise ``values``; an empty sequence gives all-NaN statistics."""
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.size == 0:
+            nan = float("nan")
+            return cls(mean=nan, std=nan, min=nan, max=nan)
+        return cls(
+            mean=float(arr.mean()),
+            std=float(arr.std()),
+            min=float(arr.min()),
+            max=float(arr.max()),
+        )
+
+    @classmethod
+    def single(cls, value: float) -> SequenceSummaryStats:
+        """Summary of a single number (one gradient step)."""
+        return cls(mean=value, std=0.0, min=value, max=value)
+
+
+@dataclass
+class CollectStats:
+    """What one or more ``Collector.collect`` calls gathered.
+
+    ``returns`` and ``lens`` hold one entry per finished episode; ``collect_time`` is in
+    seconds and ``collect_speed`` in env steps per second.
+    """
+
+    n_collected_steps: int = 0
+    n_collected_episodes: int = 0
+    returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    returns_stat: SequenceSummaryStats | None = None
+    lens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    lens_stat: SequenceSummaryStats | None = None
+    collect_time: float = 0.0
+    collect_speed: float = 0.0
+
+    @classmethod
+    def from_episodes(
+        cls, n_steps: int, returns: Sequence[float], lens: Sequence[int], collect_time: float
+    ) -> CollectStats:
+        """Build the stats of one collection from its finished episodes."""
+        ret = np.asarray(returns, dtype=np.float64)
+        ln = np.asarray(lens, dtype=np.int64)
+        return cls(
+            n_collected_steps=n_steps,
+            n_collected_episodes=len(ret),
+            returns=ret,
+            returns_stat=SequenceSummaryStats.from_sequence(ret) if len(ret) else None,
+            lens=ln,
+            lens_stat=SequenceSummaryStats.from_sequence(ln) if len(ln) else None,
+            collect_time=collect_time,
+            collect_speed=n_steps / collect_time if collect_time > 0 else 0.0,
+        )
+
+    @classmethod
+    def merge(cls, parts: Iterable[CollectStats]) -> CollectStats:
+        """Summarise several collections as one (used for an epoch's training data)."""
+        parts = list(parts)
+        returns = [r for p in parts for r in p.returns.tolist()]
+        lens = [n for p in parts for n in p.lens.tolist()]
+        return cls.from_episodes(
+            n_steps=sum(p.n_collected_steps for p in parts),
+            returns=returns,
+            lens=lens,
+            collect_time=sum(p.collect_time for p in parts),
+        )
+
+
+@dataclass
+class TrainingStats:
+    """Base of every algorithm's training statistics.
+
+    Subclasses add loss fields typed :class:`SequenceSummaryStats`; each summarises the
+    gradient steps of one update (or of a whole epoch in ``EpochStats``). ``train_time``
+    is in seconds; ``smoothed_loss`` maps ``loss_stats()`` keys to their moving averages.
+    """
+
+    train_time: float = 0.0
+    smoothed_loss: dict[str, float] = field(default_factory=dict)
+    n_gradient_steps: int = 0
+
+    def loss_stats(self) -> dict[str, float]:
+        """Flat ``{"loss/critic": mean, "approx_kl": mean, ...}`` of every summary field.
+
+        A field named ``loss`` keeps its name; ``loss_<part>`` becomes ``loss/<part>``.
+        """
+        out: dict[str, float] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, SequenceSummaryStats):
+                out[_stat_key(f.name)] = value.mean
+        return out
+
+
+def _stat_key(name: str) -> str:
+    if name.startswith("loss_"):
+        return "loss/" + name[len("loss_") :]
+    return name
+
+
+TTrainingStats = TypeVar("TTrainingStats", bound=TrainingStats)
+
+
+def aggregate_training_stats(
+    per_step: Sequence[TTrainingStats], train_time: float
+) -> TTrainingStats | None:
+    """Combine per-gradient-step stats into one of the same type.
+
+    Each element summarises one gradient step; the result's summary fields hold the mean,
+    std, min and max over *all* of them (not just the last). Returns ``None`` when empty.
+    """
+    if not per_step:
+        return None
+    first = per_step[0]
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(first):
+        if not f.init:
+            continue
+        v0 = getattr(first, f.name)
+        if isinstance(v0, SequenceSummaryStats):
+            means = np.fromiter(
+                (getattr(s, f.name).mean for s in per_step), dtype=np.float64, count=len(per_step)
+            )
+            mins = np.fromiter((getattr(s, f.name).min for s in per_step), dtype=np.float64)
+            maxs = np.fromiter((getattr(s, f.name).max for s in per_step), dtype=np.float64)
+            values[f.name] = SequenceSummaryStats(
+                mean=float(means.mean()),
+                std=float(means.std()),
+                min=float(mins.min()),
+                max=float(maxs.max()),
+            )
+        elif f.name == "n_gradient_steps":
+            values[f.name] = sum(s.n_gradient_steps for s in per_step)
+        elif f.name == "train_time":
+            values[f.name] = train_time
+        elif f.name == "smoothed_loss":
+            values[f.name] = dict(per_step[-1].smoothed_loss)
+        else:
+            values[f.name] = getattr(per_step[-1], f.name)
+    return dataclasses.replace(first, **values)
+
+
+class MovAvg:
+    """Windowed mean of the last ``size`` finite values; NaN and inf are ignored."""
+
+    def __init__(self, size: int = 100) -> None:
+        if size <= 0:
+            raise ValueError(f"MovAvg size must be a positive int, got {size!r}")
+        self.size = size
+        self._window: deque[float] = deque(maxlen=size)
+
+    def add(self, value: float) -> float:
+        """Add ``value`` if it is finite and return the current mean."""
+        if math.isfinite(value):
+            self._window.append(float(value))
+        return self.get()
+
+    def get(self) -> float:
+        """Mean of the window, or NaN while it is empty."""
+        if not self._window:
+            return float("nan")
+        return sum(self._window) / len(self._window)
+
+    def state_dict(self) -> dict[str, object]:
+        """The window's size and contents."""
+        return {"size": self.size, "window": list(self._window)}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        size = state["size"]
+        window = state["window"]
+        assert isinstance(size, int) and isinstance(window, list)
+        self.size = size
+        self._window = deque((float(v) for v in window), maxlen=size)
+
+
+@dataclass
+class InfoStats:
+    """Running totals of a training run; times in seconds, speeds in steps per second."""
+
+    epoch: int = 0
+    env_step: int = 0
+    gradient_step: int = 0
+    train_episode: int = 0
+    test_step: int = 0
+    test_episode: int = 0
+    best_test_return: float = float("-inf")
+    best_test_return_std: float = 0.0
+    best_epoch: int = 0
+    collect_time: float = 0.0
+    update_time: float = 0.0
+    test_time: float = 0.0
+    total_time: float = 0.0
+    collect_speed: float = 0.0
+    update_speed: float = 0.0
+
+
+@dataclass
+class EpochStats(Generic[TTrainingStats]):
+    """Everything one epoch produced.
+
+    ``train_collect_stat`` summarises all collect steps of the epoch (``None`` only for the
+    offline trainer, which collects nothing); ``training_stat`` summarises all gradient
+    steps of the epoch (``None`` only if no gradient step ran, e.g. during warm-up);
+    ``test_collect_stat`` is ``None`` when the trainer has no test collector.
+    """
+
+    epoch: int
+    train_collect_stat: CollectStats | None
+    test_collect_stat: CollectStats | None
+    training_stat: TTrainingStats | None
+    info_stat: InfoStats
