@@ -1,0 +1,391 @@
+"""BaseTrainer: the epoch loop as an iterator; each ``next()`` runs one epoch.
+
+Glossary (units in brackets):
+
+* **epoch** — training steps until ``step_per_epoch`` units have passed [env steps for the
+  online trainers, gradient steps for the offline trainer], then one test step.
+* **training step** — one collect step followed by one update step (online), or one
+  gradient step (offline).
+* **collect step** — one ``Collector.collect`` call on the training envs.
+* **update step** — one call of ``policy_update_fn``; it runs one or more gradient steps.
+* **gradient step** — one ``Policy.learn`` call: one optimizer step on one minibatch.
+* **test step** — ``episode_per_test`` deterministic episodes on the test collector.
+
+Iterator contract: ``iter(trainer)`` is the trainer itself and never resets it; the first
+``next()`` starts the run; ``max_epoch=k`` yields exactly k :class:`EpochStats` unless
+``stop_fn`` fires first; after the end every ``next()`` raises ``StopIteration`` and
+``stop_reason`` says why. ``reset()`` is the only way to start over; ``run()`` iterates to
+the end. Each trainer owns its random streams (python, numpy, torch): they are swapped in
+on entry to ``next()`` and out on exit, so zipped trainers do not disturb each other.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Generic
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import Batch
+from epochtrain.data.collector import Collector
+from epochtrain.logger import BaseLogger, LazyLogger
+from epochtrain.stats import (
+    CollectStats,
+    EpochStats,
+    InfoStats,
+    MovAvg,
+    TTrainingStats,
+    aggregate_training_stats,
+)
+
+__all__ = ["BaseTrainer", "StopFn"]
+
+StopFn = Callable[[float], bool]
+"""``stop_fn(best_test_return) -> bool``: True stops training after this epoch."""
+
+
+def check_positive_int(name: str, value: object) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_callable(name: str, value: object) -> None:
+    if value is not None and not callable(value):
+        raise ValueError(f"{name} must be callable or None, got {value!r}")
+
+
+class BaseTrainer(Generic[TTrainingStats], ABC):
+    """Abstract epoch trainer, generic in the policy's training-stats type.
+
+    Subclasses supply :meth:`policy_update_fn` and :meth:`_training_step`. All parameters
+    are keyword-only and validated here, before any work starts.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: Policy[TTrainingStats],
+        test_collector: Collector | None = None,
+        max_epoch: int,
+        step_per_epoch: int,
+        episode_per_test: int = 10,
+        train_fn: Callable[[int, int], None] | None = None,
+        test_fn: Callable[[int, int], None] | None = None,
+        stop_fn: StopFn | None = None,
+        save_best_fn: Callable[[Policy[TTrainingStats]], None] | None = None,
+        logger: BaseLogger | None = None,
+        show_progress: bool = True,
+        verbose: bool = False,
+        test_in_train: bool = False,
+        test_before_train: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be an epochtrain Policy, got {type(policy).__name__}")
+        check_positive_int("max_epoch", max_epoch)
+        check_positive_int("step_per_epoch", step_per_epoch)
+        check_positive_int("episode_per_test", episode_per_test)
+        for name, fn in [
+            ("train_fn", train_fn),
+            ("test_fn", test_fn),
+            ("stop_fn", stop_fn),
+            ("save_best_fn", save_best_fn),
+        ]:
+            _check_callable(name, fn)
+        if test_collector is not None and not isinstance(test_collector, Collector):
+            raise TypeError(
+                f"test_collector must be a Collector or None, got {type(test_collector).__name__}"
+            )
+        if test_collector is None:
+            for name, value in [
+                ("stop_fn", stop_fn),
+                ("save_best_fn", save_best_fn),
+                ("test_in_train", test_in_train or None),
+                ("test_before_train", test_before_train or None),
+            ]:
+                if value is not None:
+                    raise ValueError(
+                        f"{name} is set but test_collector is None: {name} needs test "
+                        "returns; pass test_collector=Collector(policy, test_envs, "
+                        "exploration=False)"
+                    )
+        if test_collector is not None and test_collector.exploration:
+            raise ValueError(
+                "test_collector has exploration=True; tests must be deterministic: build it "
+                "with Collector(policy, test_envs, exploration=False)"
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        if logger is not None and not isinstance(logger, BaseLogger):
+            raise TypeError(f"logger must be a BaseLogger or None, got {type(logger).__name__}")
+        self.policy = policy
+        self.test_collector = test_collector
+        self.max_epoch = max_epoch
+        self.step_per_epoch = step_per_epoch
+        self.episode_per_test = episode_per_test
+        self.train_fn = train_fn
+        self.test_fn = test_fn
+        self.stop_fn = stop_fn
+        self.save_best_fn = save_best_fn
+        self.logger: BaseLogger = logger if logger is not None else LazyLogger()
+        self.show_progress = show_progress
+        self.verbose = verbose
+        self.test_in_train = test_in_train
+        self.test_before_train = test_before_train
+        self.seed = seed
+        self._init_state()
+
+    # ------------------------------------------------------------------ state
+    def _init_state(self) -> None:
+        """Counters and flags of a fresh run (all on the instance)."""
+        self.epoch = 0
+        self.env_step = 0
+        self.gradient_step = 0
+        self.train_episode = 0
+        self.test_step = 0
+        self.test_episode = 0
+        self.best_test_return = float("-inf")
+        self.best_test_return_std = 0.0
+        self.best_epoch = 0
+        self.collect_time = 0.0
+        self.update_time = 0.0
+        self.test_time = 0.0
+        self.total_time = 0.0
+        self.stop_reason: str | None = None
+        self.last_test_stat: CollectStats | None = None
+        self._started = False
+        self._finished = False
+        self._rng_state: dict[str, Any] | None = None
+        self._mov_avg: defaultdict[str, MovAvg] = defaultdict(MovAvg)
+        self._pending_steps: list[TTrainingStats] = []
+        self._epoch_steps: list[TTrainingStats] = []
+        self._epoch_collects: list[CollectStats] = []
+        self._epoch_update_time = 0.0
+        self._tested_this_epoch: CollectStats | None = None
+
+    def reset(self) -> None:
+        """Start over: counters, random streams, envs and smoothing windows.
+
+        The policy's weights are not re-initialised; build a new policy for a fresh run.
+        """
+        self._init_state()
+
+    @property
+    def finished(self) -> bool:
+        """True once the run has ended (``stop_reason`` says why)."""
+        return self._finished
+
+    def _finish(self, reason: str) -> None:
+        self._finished = True
+        self.stop_reason = reason
+
+    # -------------------------------------------------------------- random streams
+    @contextmanager
+    def _rng_scope(self) -> Iterator[None]:
+        outer = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+        if self._rng_state is None:
+            random.seed(self.seed)
+            np.random.seed(self.seed)
+            torch.manual_seed(self.seed)
+        else:
+            random.setstate(self._rng_state["python"])
+            np.random.set_state(self._rng_state["numpy"])
+            torch.set_rng_state(self._rng_state["torch"])
+        try:
+            yield
+        finally:
+            self._rng_state = {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+            }
+            random.setstate(outer[0])
+            np.random.set_state(outer[1])
+            torch.set_rng_state(outer[2])
+
+    # ------------------------------------------------------------------ iteration
+    def __iter__(self) -> BaseTrainer[TTrainingStats]:
+        return self
+
+    def __next__(self) -> EpochStats[TTrainingStats]:
+        if self._finished:
+            raise StopIteration
+        start = time.perf_counter()
+        with self._rng_scope():
+            if not self._started:
+                self._started = True
+                self._start()
+                if self.test_before_train:
+                    self._test_step()
+                    if self._stop_fn_fired():
+                        self._finish("stop_fn")
+            if self._finished:
+                self.total_time += time.perf_counter() - start
+                raise StopIteration
+            stats = self._run_epoch()
+        self.total_time += time.perf_counter() - start
+        stats.info_stat.total_time = self.total_time
+        self.logger.log_info_data(stats.info_stat, self.epoch)
+        self._report(stats)
+        return stats
+
+    def run(self) -> InfoStats:
+        """Iterate to the end of the run and return the final :class:`InfoStats`."""
+        for _ in self:
+            pass
+        return self.info_stat()
+
+    def _start(self) -> None:
+        """Work done once when the run starts (seeding envs, warm-up); default: nothing."""
+
+    def _run_epoch(self) -> EpochStats[TTrainingStats]:
+        self.epoch += 1
+        self._epoch_steps = []
+        self._epoch_collects = []
+        self._epoch_update_time = 0.0
+        self._tested_this_epoch = None
+        with tqdm(
+            total=self.step_per_epoch,
+            desc=f"Epoch #{self.epoch}",
+            disable=not self.show_progress,
+            dynamic_ncols=True,
+            leave=False,
+        ) as pbar:
+            progress = 0
+            while progress < self.step_per_epoch and not self._finished:
+                done = self._training_step()
+                progress += done
+                pbar.update(min(done, self.step_per_epoch - pbar.n))
+                pbar.set_postfix(self._progress_postfix(), refresh=False)
+        test_stat = self._tested_this_epoch
+        if test_stat is None and self.test_collector is not None:
+            test_stat = self._test_step()
+        if not self._finished and self._stop_fn_fired():
+            self._finish("stop_fn")
+        if not self._finished and self.epoch >= self.max_epoch:
+            self._finish("max_epoch")
+        training_stat = aggregate_training_stats(self._epoch_steps, self._epoch_update_time)
+        if training_stat is not None:
+            training_stat.smoothed_loss = self._smoothed()
+        return EpochStats(
+            epoch=self.epoch,
+            train_collect_stat=(
+                CollectStats.merge(self._epoch_collects) if self._epoch_collects else None
+            ),
+            test_collect_stat=test_stat,
+            training_stat=training_stat,
+            info_stat=self.info_stat(),
+        )
+
+    @abstractmethod
+    def _training_step(self) -> int:
+        """Run one training step; return the progress made in ``step_per_epoch`` units."""
+
+    @abstractmethod
+    def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
+        """One update step after a collect step; returns stats over its gradient steps."""
+
+    # ------------------------------------------------------------- gradient steps
+    def _learn(self, batch: Batch) -> None:
+        """One gradient step; its stats join the current update and epoch."""
+        start = time.perf_counter()
+        stats = self.policy.learn(batch)
+        stats.train_time = time.perf_counter() - start
+        stats.n_gradient_steps = 1
+        self.gradient_step += 1
+        for key, value in stats.loss_stats().items():
+            self._mov_avg[key].add(value)
+        self._pending_steps.append(stats)
+
+    def _finish_update(self, update_time: float) -> TTrainingStats | None:
+        """Aggregate the gradient steps of this update step, log them, return them."""
+        self.update_time += update_time
+        self._epoch_update_time += update_time
+        steps, self._pending_steps = self._pending_steps, []
+        self._epoch_steps.extend(steps)
+        stats = aggregate_training_stats(steps, update_time)
+        if stats is not None:
+            stats.smoothed_loss = self._smoothed()
+            self.logger.log_update_data(stats, self.gradient_step)
+        return stats
+
+    def _smoothed(self) -> dict[str, float]:
+        return {k: v.get() for k, v in self._mov_avg.items()}
+
+    # ---------------------------------------------------------------- testing
+    def _test_step(self) -> CollectStats:
+        """Run ``episode_per_test`` deterministic episodes; update the best record."""
+        assert self.test_collector is not None
+        if self.test_fn is not None:
+            self.test_fn(self.epoch, self.env_step)
+        self.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
+        stat = self.test_collector.collect(n_episode=self.episode_per_test)
+        self.test_time += stat.collect_time
+        self.test_step += stat.n_collected_steps
+        self.test_episode += stat.n_collected_episodes
+        assert stat.returns_stat is not None
+        if stat.returns_stat.mean > self.best_test_return:
+            self.best_test_return = stat.returns_stat.mean
+            self.best_test_return_std = stat.returns_stat.std
+            self.best_epoch = self.epoch
+            if self.save_best_fn is not None:
+                self.save_best_fn(self.policy)
+        self.last_test_stat = stat
+        self._tested_this_epoch = stat
+        self.logger.log_test_data(stat, self.env_step)
+        return stat
+
+    def _stop_fn_fired(self) -> bool:
+        return self.stop_fn is not None and bool(self.stop_fn(self.best_test_return))
+
+    # --------------------------------------------------------------- reporting
+    def info_stat(self) -> InfoStats:
+        """Totals and timings of the run so far."""
+        return InfoStats(
+            epoch=self.epoch,
+            env_step=self.env_step,
+            gradient_step=self.gradient_step,
+            train_episode=self.train_episode,
+            test_step=self.test_step,
+            test_episode=self.test_episode,
+            best_test_return=self.best_test_return,
+            best_test_return_std=self.best_test_return_std,
+            best_epoch=self.best_epoch,
+            collect_time=self.collect_time,
+            update_time=self.update_time,
+            test_time=self.test_time,
+            total_time=self.total_time,
+            collect_speed=self.env_step / self.collect_time if self.collect_time > 0 else 0.0,
+            update_speed=self.gradient_step / self.update_time if self.update_time > 0 else 0.0,
+        )
+
+    def _progress_postfix(self) -> dict[str, str]:
+        post = {"env_step": str(self.env_step)}
+        for key, value in self._smoothed().items():
+            if key.startswith("loss"):
+                post[key] = f"{value:.3g}"
+        if self.last_test_stat is not None and self.last_test_stat.returns_stat is not None:
+            post["test_return"] = f"{self.last_test_stat.returns_stat.mean:.1f}"
+        return post
+
+    def _report(self, stats: EpochStats[TTrainingStats]) -> None:
+        if not self.verbose:
+            return
+        line = f"Epoch #{stats.epoch}: env_step={self.env_step} grad_step={self.gradient_step}"
+        test = stats.test_collect_stat
+        if test is not None and test.returns_stat is not None:
+            line += (
+                f" test_return={test.returns_stat.mean:.2f} ± {test.returns_stat.std:.2f}"
+                f" best={self.best_test_return:.2f} (epoch {self.best_epoch})"
+            )
+        line += f" time={self.total_time:.1f}s"
+        tqdm.write(line)

@@ -1,0 +1,215 @@
+"""Iterator semantics, determinism and stats of the trainers (BaseTrainer contract)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from epochtrain.stats import EpochStats
+from tests.trainer.tiny import build
+
+
+def comparable(stats: EpochStats[Any]) -> Any:
+    """EpochStats as plain data without wall-clock fields (times and speeds)."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: clean(v)
+                for k, v in value.items()
+                if not (k.endswith("_time") or k.endswith("_speed"))
+            }
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        if isinstance(value, float) and math.isnan(value):
+            return "nan"
+        return value
+
+    return clean(dataclasses.asdict(stats))
+
+
+@pytest.mark.parametrize("kind", ["on", "off", "offline"])
+def test_for_loop_yields_exactly_max_epoch_stats(kind: str) -> None:
+    trainer = build(kind, max_epoch=3)
+    epochs = [s.epoch for s in trainer]
+    assert epochs == [1, 2, 3]
+    assert trainer.stop_reason == "max_epoch"
+    for _ in range(2):
+        with pytest.raises(StopIteration):
+            next(trainer)
+    assert list(trainer) == []
+
+
+def test_iter_never_resets_and_start_is_lazy() -> None:
+    trainer = build("off", max_epoch=4)
+    assert trainer.epoch == 0 and trainer.env_step == 0  # building runs nothing
+    assert iter(trainer) is trainer
+    first = next(trainer)
+    assert first.epoch == 1
+    rest = [s.epoch for s in trainer]  # for-loop continues, no silent reset
+    assert rest == [2, 3, 4]
+
+
+def test_reset_starts_over_with_the_same_counters() -> None:
+    trainer = build("off", max_epoch=2)
+    first_run = [comparable(s)["info_stat"]["env_step"] for s in trainer]
+    trainer.reset()
+    assert trainer.epoch == 0 and trainer.stop_reason is None
+    second_run = [comparable(s)["info_stat"]["env_step"] for s in trainer]
+    assert first_run == second_run
+    assert trainer.stop_reason == "max_epoch"
+
+
+def test_run_returns_final_info_stats() -> None:
+    trainer = build("on", max_epoch=2)
+    info = trainer.run()
+    assert info.epoch == 2
+    assert info.env_step == trainer.env_step >= 2 * 40
+    assert info.gradient_step == trainer.gradient_step > 0
+
+
+def test_stop_fn_stops_early_with_reason() -> None:
+    trainer = build("off", max_epoch=10, stop_fn=lambda best: best > -1.0)
+    stats = list(trainer)
+    assert len(stats) == 1
+    assert trainer.stop_reason == "stop_fn"
+    with pytest.raises(StopIteration):
+        next(trainer)
+
+
+def test_test_before_train_can_stop_before_any_epoch() -> None:
+    trainer = build("off", max_epoch=3, test_before_train=True, stop_fn=lambda best: True)
+    assert list(trainer) == []
+    assert trainer.stop_reason == "stop_fn"
+    assert trainer.test_episode == 2
+
+
+@pytest.mark.parametrize("kind", ["on", "off", "offline"])
+def test_same_seed_gives_same_epoch_stats(kind: str) -> None:
+    first = [comparable(s) for s in build(kind)]
+    second = [comparable(s) for s in build(kind)]
+    assert first == second
+
+
+def test_zipped_trainers_match_their_solo_runs() -> None:
+    solo_a = [comparable(s) for s in build("off", torch_seed=1, seed=1)]
+    solo_b = [comparable(s) for s in build("on", torch_seed=2, seed=2)]
+    a, b = build("off", torch_seed=1, seed=1), build("on", torch_seed=2, seed=2)
+    zipped = [(comparable(x), comparable(y)) for x, y in zip(a, b, strict=True)]
+    assert [x for x, _ in zipped] == solo_a
+    assert [y for _, y in zipped] == solo_b
+    assert solo_a != [x for x, _ in zipped][:0]  # non-empty
+
+
+def test_different_seeds_give_different_runs() -> None:
+    a = [comparable(s) for s in build("off", seed=1)]
+    b = [comparable(s) for s in build("off", seed=2)]
+    assert a != b
+
+
+def test_train_collect_stat_summarises_every_collect_of_the_epoch() -> None:
+    trainer = build("off", step_per_epoch=40, step_per_collect=10)
+    stats = next(trainer)
+    assert stats.train_collect_stat is not None
+    assert stats.train_collect_stat.n_collected_steps == 40 == trainer.env_step
+    assert stats.test_collect_stat is not None
+    assert stats.test_collect_stat.n_collected_episodes == 2
+
+
+def test_offpolicy_training_stat_covers_all_gradient_steps_of_the_epoch() -> None:
+    losses = [1.0, 5.0, 3.0]
+    trainer = build("off", step_per_epoch=40, step_per_collect=10, loss_values=losses)
+    stats = next(trainer)
+    ts = stats.training_stat
+    assert ts is not None
+    assert ts.n_gradient_steps == trainer.gradient_step == 20  # 0.5 per env step
+    assert ts.loss is not None
+    assert ts.loss.min == 1.0 and ts.loss.max == 5.0
+    expected = [losses[i % 3] for i in range(20)]
+    assert ts.loss.mean == pytest.approx(np.mean(expected))
+    assert ts.loss.std == pytest.approx(np.std(expected))
+    assert ts.loss_extra is not None and ts.loss_extra.max == 10.0
+
+
+def test_smoothed_loss_ignores_non_finite_values() -> None:
+    trainer = build("off", loss_values=[1.0, float("nan"), 3.0, float("inf")])
+    stats = next(trainer)
+    assert stats.training_stat is not None
+    assert stats.training_stat.smoothed_loss["loss"] == pytest.approx(2.0)
+    assert stats.training_stat.smoothed_loss["loss/extra"] == pytest.approx(4.0)
+
+
+def test_onpolicy_update_runs_repeat_passes_of_minibatches_and_clears_buffer() -> None:
+    trainer = build("on", step_per_epoch=40, step_per_collect=20, batch_size=8)
+    next(trainer)
+    # 2 collects x 2 repeats x ceil(20 / 8) = 3 minibatches
+    assert trainer.gradient_step == 2 * 2 * 3
+    assert len(trainer.train_collector.buffer) == 0
+
+
+def test_offline_epoch_counts_gradient_steps() -> None:
+    trainer = build("offline", step_per_epoch=25)
+    stats = next(trainer)
+    assert trainer.gradient_step == 25
+    assert stats.train_collect_stat is None
+    assert stats.training_stat is not None and stats.training_stat.n_gradient_steps == 25
+
+
+def test_callbacks_receive_epoch_and_env_step() -> None:
+    train_calls: list[tuple[int, int]] = []
+    test_calls: list[tuple[int, int]] = []
+    saved: list[Any] = []
+    trainer = build(
+        "off",
+        max_epoch=2,
+        train_fn=lambda e, s: train_calls.append((e, s)),
+        test_fn=lambda e, s: test_calls.append((e, s)),
+        save_best_fn=saved.append,
+    )
+    trainer.run()
+    assert train_calls[0] == (1, 0)
+    assert [e for e, _ in train_calls] == [1] * 4 + [2] * 4
+    assert test_calls == [(1, 40), (2, 80)]
+    assert 1 <= len(saved) <= 2 and saved[0] is trainer.policy
+
+
+def test_test_in_train_tests_when_training_returns_satisfy_stop_fn() -> None:
+    trainer = build(
+        "off", max_epoch=2, step_per_collect=200, test_in_train=True, stop_fn=lambda r: r > 0
+    )
+    stats = list(trainer)
+    # training episodes have return > 0, so the first collect with an episode triggers a test
+    # that satisfies stop_fn and ends the run inside epoch 1
+    assert len(stats) == 1 and trainer.stop_reason == "stop_fn"
+    assert trainer.gradient_step == 0
+
+
+def test_test_collection_is_deterministic_and_training_explores() -> None:
+    trainer = build("off", max_epoch=1)
+    next(trainer)
+    seen = trainer.policy.seen_deterministic
+    assert True in seen and False in seen
+
+
+def test_set_progress_receives_env_steps_before_each_collect() -> None:
+    trainer = build("off", max_epoch=1, step_per_collect=10, warmup_steps=20)
+    next(trainer)
+    assert trainer.policy.progress == [0, 20, 30, 40, 50]
+
+
+def test_show_progress_false_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    build("off", max_epoch=1, show_progress=False).run()
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_progress_bar_and_verbose_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    build("off", max_epoch=2, show_progress=True, verbose=True).run()
+    captured = capsys.readouterr()
+    assert "Epoch #1" in captured.err
+    lines = [ln for ln in captured.out.splitlines() if ln.startswith("Epoch #")]
+    assert len(lines) == 2 and "test_return=" in lines[0]
