@@ -13,7 +13,7 @@ from torch import nn
 from epochtrain.algorithms.base import Policy
 from epochtrain.data import Batch, Collector, Obs, ReplayBuffer
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
-from epochtrain.trainer import OffpolicyTrainer, OfflineTrainer, OnpolicyTrainer
+from epochtrain.trainer import OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 
 
 @dataclass

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from epochtrain.data.collector import Collector
-from epochtrain.trainer.base import BaseTrainer, check_positive_int
 from epochtrain.stats import TTrainingStats
+from epochtrain.trainer.base import BaseTrainer, check_positive_int
 
 __all__ = ["OnlineTrainer"]
 
