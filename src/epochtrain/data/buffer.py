@@ -60,6 +60,12 @@ def _write_obs(view: Any, t: int, value: ObsArray) -> None:
         view[t] = value
 
 
+def _first_shape(obs: Obs) -> tuple[int, ...]:
+    while not isinstance(obs, Tensor):
+        obs = next(iter(obs.values()))
+    return tuple(obs.shape[:2])
+
+
 def _obs_index(obs: Obs, fn: Any) -> Obs:
     if isinstance(obs, Tensor):
         result: Tensor = fn(obs)
@@ -91,6 +97,9 @@ class ReplayBuffer:
         self._n_invalid = 0
         self._storage: dict[str, Any] | None = None
         self._views: dict[str, Any] = {}
+        self._flat_obs = True  # obs are one array (not a dict): written without recursion
+        # Invalid transitions per time row, so overwriting a row needs no scan of it.
+        self._row_invalid = [0] * self.rows
 
     # ----------------------------------------------------------------- writing
     def add(
@@ -109,34 +118,42 @@ class ReplayBuffer:
         ``valid`` marks rows that hold a real transition (False for the reset step of a
         NEXT_STEP-autoreset env); those rows are never sampled nor learned from.
         """
-        extras = extras or {}
         if self._storage is None:
-            self._allocate(obs, act, extras)
+            self._allocate(obs, act, extras or {})
         t = self._cursor
         v = self._views
-        if self._size == self.rows:
-            self._n_invalid -= int((~v["valid"][t]).sum())
-        _write_obs(v["obs"], t, obs)
-        _write_obs(v["obs_next"], t, obs_next)
+        if self._flat_obs:
+            v["obs"][t] = obs
+            v["obs_next"][t] = obs_next
+        else:
+            _write_obs(v["obs"], t, obs)
+            _write_obs(v["obs_next"], t, obs_next)
         v["act"][t] = act
         v["rew"][t] = rew
         v["terminated"][t] = terminated
         v["truncated"][t] = truncated
         if valid is None:
             v["valid"][t] = True
+            n_invalid = 0
         else:
             v["valid"][t] = valid
-            self._n_invalid += int((~valid).sum())
-        for k, value in extras.items():
-            v[k][t] = value
-        self._cursor = (t + 1) % self.rows
-        self._size = min(self._size + 1, self.rows)
+            n_invalid = self.num_envs - int(np.count_nonzero(valid))
+        self._n_invalid += n_invalid - self._row_invalid[t]
+        self._row_invalid[t] = n_invalid
+        if extras:
+            for k, value in extras.items():
+                v[k][t] = value
+        self._cursor = t + 1 if t + 1 < self.rows else 0
+        if self._size < self.rows:
+            self._size += 1
 
     def _allocate(self, obs: ObsArray, act: np.ndarray, extras: dict[str, np.ndarray]) -> None:
-        unknown = set(extras) - set(EXTRA_FIELDS)
+        allowed = tuple(k for k in EXTRA_FIELDS if k != "valid")
+        unknown = set(extras) - set(allowed)
         if unknown:
             raise ValueError(
-                f"extras {sorted(unknown)} are not Batch fields; allowed: {EXTRA_FIELDS}"
+                f"extras {sorted(unknown)} are not Batch fields an algorithm may fill; "
+                f"allowed: {allowed} (``valid`` is the buffer's own)"
             )
         n, rows = self.num_envs, self.rows
         act_arr = np.asarray(act)
@@ -158,12 +175,14 @@ class ReplayBuffer:
     def _set_storage(self, storage: dict[str, Any]) -> None:
         self._storage = storage
         self._views = {k: _numpy_views(v) for k, v in storage.items()}
+        self._flat_obs = isinstance(storage["obs"], Tensor)
 
     def clear(self) -> None:
         """Forget every transition (storage stays allocated)."""
         self._cursor = 0
         self._size = 0
         self._n_invalid = 0
+        self._row_invalid = [0] * self.rows
 
     # ----------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -194,6 +213,8 @@ class ReplayBuffer:
 
         Uses torch's global generator, which the trainer swaps per trainer.
         """
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if self.n_valid == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer: collect data first")
         idx = self.sample_indices(batch_size)
@@ -227,7 +248,7 @@ class ReplayBuffer:
 
     # --------------------------------------------------------------- persisting
     def state_dict(self) -> dict[str, Any]:
-        """Storage (only the filled rows) and cursor, for checkpoints and files."""
+        """A copy of the storage, the cursor and the fill level, for checkpoints and files."""
         storage = None
         if self._storage is not None:
             storage = {k: _obs_index(v, lambda t: t.clone()) for k, v in self._storage.items()}
@@ -242,19 +263,41 @@ class ReplayBuffer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (capacity and num_envs must match)."""
+        """Restore what :meth:`state_dict` returned (capacity and num_envs must match).
+
+        The storage is copied, so ``state`` can be loaded again or into several buffers.
+        """
+        self._load_state(state, copy=True)
+
+    def _load_state(self, state: dict[str, Any], *, copy: bool) -> None:
         if state["capacity"] != self.capacity or state["num_envs"] != self.num_envs:
             raise ValueError(
                 f"buffer state has capacity={state['capacity']}, num_envs={state['num_envs']}; "
                 f"this buffer has capacity={self.capacity}, num_envs={self.num_envs}"
             )
+        storage = state["storage"]
+        if storage is not None:
+            shape = (self.rows, self.num_envs)
+            bad = [k for k, v in storage.items() if _first_shape(v) != shape]
+            if bad:
+                raise ValueError(f"buffer state fields {sorted(bad)} are not shaped {shape}")
+
+            def own(t: Tensor) -> Tensor:
+                t = t.detach().to("cpu")
+                return t.clone() if copy else t.contiguous()
+
+            storage = {k: _obs_index(v, own) for k, v in storage.items()}
         self._cursor = int(state["cursor"])
         self._size = int(state["size"])
-        self._n_invalid = int(state["n_invalid"])
-        if state["storage"] is None:
+        self._row_invalid = [0] * self.rows
+        if storage is None:
             self._storage, self._views = None, {}
         else:
-            self._set_storage(state["storage"])
+            self._set_storage(storage)
+            # Rows past the fill level may hold stale flags from before a clear().
+            invalid = (~storage["valid"][: self._size]).sum(dim=1)
+            self._row_invalid[: self._size] = invalid.tolist()
+        self._n_invalid = sum(self._row_invalid)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the buffer to ``path`` atomically (temporary file, then rename)."""
@@ -289,5 +332,5 @@ class ReplayBuffer:
                 f"version {BUFFER_FORMAT_VERSION}"
             )
         buf = cls(state["capacity"], state["num_envs"], device=device)
-        buf.load_state_dict(state)
+        buf._load_state(state, copy=False)  # the loaded tensors are ours alone
         return buf

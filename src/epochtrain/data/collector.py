@@ -41,6 +41,8 @@ class Actor(Protocol):
 
 
 def _to_tensor(obs: Any) -> Obs:
+    if isinstance(obs, np.ndarray):
+        return torch.from_numpy(obs)
     if isinstance(obs, dict):
         return {k: _to_tensor(v) for k, v in obs.items()}
     return torch.as_tensor(obs)
@@ -58,6 +60,14 @@ def _copy(obs: Any) -> Any:
     if isinstance(obs, dict):
         return {k: _copy(v) for k, v in obs.items()}
     return obs.copy()
+
+
+def _with_final_obs(obs_next: Any, final_obs: np.ndarray, done: np.ndarray) -> Any:
+    """``obs_next`` with the rows of the envs in ``done`` replaced by their final obs."""
+    real_next = _copy(obs_next)
+    for i in done.tolist():
+        _set_row(real_next, i, final_obs[i])
+    return real_next
 
 
 class Collector:
@@ -96,17 +106,21 @@ class Collector:
         self.exploration = exploration
         self.num_envs = env.num_envs
         self.same_step = mode == AutoresetMode.SAME_STEP
+        # With copy=False the env overwrites its observation array in place on each step.
+        self._copy_obs = not getattr(env.unwrapped, "copy", True)
         self._obs: Any = None
         self._ep_return = np.zeros(self.num_envs)
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
-        self._resetting = np.zeros(self.num_envs, dtype=bool)
+        # NEXT_STEP only: envs whose next step merely resets them (they ended last step).
+        self._resetting: np.ndarray = np.zeros(0, dtype=np.int64)
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (seeded with ``seed + i`` when ``seed`` is given)."""
-        self._obs, _ = self.env.reset(seed=seed)
+        obs, _ = self.env.reset(seed=seed)
+        self._obs = _copy(obs) if self._copy_obs else obs
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
-        self._resetting[:] = False
+        self._resetting = np.zeros(0, dtype=np.int64)
 
     def collect(
         self,
@@ -141,72 +155,76 @@ class Collector:
         return self._run(n_step, quota, random)
 
     def _run(self, n_step: int | None, quota: np.ndarray, random: bool) -> CollectStats:
+        # The hot loop: locals instead of attributes, no per-step dicts, and numpy work
+        # per env only at episode ends.
         start = time.perf_counter()
-        env, buffer, policy = self.env, self.buffer, self.policy
-        deterministic = not self.exploration
-        want_episodes = n_step is None
-        remaining = quota.copy()
+        env, policy, num_envs = self.env, self.policy, self.num_envs
+        add = self.buffer.add if self.buffer is not None else None
+        deterministic, same_step, copy_obs = not self.exploration, self.same_step, self._copy_obs
+        ep_return, ep_len = self._ep_return, self._ep_len
+        remaining = quota.copy() if n_step is None else None
         returns: list[float] = []
         lens: list[int] = []
         steps = 0
-        obs = self._obs
+        obs, resetting = self._obs, self._resetting
         no_extras: dict[str, np.ndarray] = {}
-        while True:
-            if random:
-                act = env.action_space.sample()
-                extras = no_extras
-            else:
-                with torch.inference_mode():
+        extras = no_extras
+        with torch.inference_mode():
+            while True:
+                if random:
+                    act = env.action_space.sample()
+                else:
                     act_t, extras_t = policy.act(policy.to_tensor(_to_tensor(obs)), deterministic)
-                act = act_t.cpu().numpy()
-                extras = {k: v.cpu().numpy() for k, v in extras_t.items()}
-            obs_next, rew, terminated, truncated, info = env.step(act)
-            done = terminated | truncated
-            any_done = bool(done.any())
-            if self.same_step:
+                    act = act_t.cpu().numpy()
+                    extras = (
+                        {k: v.cpu().numpy() for k, v in extras_t.items()} if extras_t else no_extras
+                    )
+                obs_next, rew, terminated, truncated, info = env.step(act)
+                if copy_obs:
+                    obs_next = _copy(obs_next)
+                done = (terminated | truncated).nonzero()[0]
+                ep_return += rew
+                ep_len += 1
                 valid = None
                 real_next = obs_next
-                if any_done:
-                    real_next = _copy(obs_next)
-                    final_obs = info["final_obs"]
-                    for i in np.flatnonzero(done):
-                        _set_row(real_next, int(i), final_obs[i])
-                steps += self.num_envs
-                self._ep_return += rew
-                self._ep_len += 1
-            else:
-                real_next = obs_next
-                valid = ~self._resetting
-                n_valid = int(valid.sum())
-                steps += n_valid
-                if n_valid == self.num_envs:
-                    valid = None
-                    self._ep_return += rew
-                    self._ep_len += 1
+                if same_step:
+                    steps += num_envs
+                    if len(done):
+                        real_next = _with_final_obs(obs_next, info["final_obs"], done)
                 else:
-                    self._ep_return[self._resetting] = 0.0
-                    self._ep_len[self._resetting] = 0
-                    self._ep_return += rew * valid
-                    self._ep_len += valid
-                self._resetting = done
-            if buffer is not None:
-                buffer.add(obs, act, rew, terminated, truncated, real_next, extras, valid)
-            obs = obs_next
-            if any_done:
-                for i in np.flatnonzero(done):
-                    if not want_episodes or remaining[i] > 0:
-                        returns.append(float(self._ep_return[i]))
-                        lens.append(int(self._ep_len[i]))
-                        if want_episodes:
-                            remaining[i] -= 1
-                    self._ep_return[i] = 0.0
-                    self._ep_len[i] = 0
-                if want_episodes and not remaining.any():
+                    if len(resetting):
+                        valid = np.ones(num_envs, dtype=bool)
+                        valid[resetting] = False
+                        ep_return[resetting] = 0.0
+                        ep_len[resetting] = 0
+                    steps += num_envs - len(resetting)
+                    resetting = done
+                if add is not None:
+                    add(obs, act, rew, terminated, truncated, real_next, extras, valid)
+                obs = obs_next
+                if len(done) and self._end_episodes(done, returns, lens, remaining):
                     break
-            if not want_episodes and n_step is not None and steps >= n_step:
-                break
-        self._obs = obs
+                if n_step is not None and steps >= n_step:
+                    break
+        self._obs, self._resetting = obs, resetting
         return CollectStats.from_episodes(steps, returns, lens, time.perf_counter() - start)
+
+    def _end_episodes(
+        self, done: np.ndarray, returns: list[float], lens: list[int], remaining: np.ndarray | None
+    ) -> bool:
+        """Record the episodes that ended in envs ``done``; True once every quota is met."""
+        ep_return, ep_len = self._ep_return, self._ep_len
+        if remaining is None:
+            returns += ep_return[done].tolist()
+            lens += ep_len[done].tolist()
+        else:
+            counted = done[remaining[done] > 0]
+            returns += ep_return[counted].tolist()
+            lens += ep_len[counted].tolist()
+            remaining[counted] -= 1
+        ep_return[done] = 0.0
+        ep_len[done] = 0
+        return remaining is not None and not remaining.any()
 
     def state_dict(self) -> dict[str, Any]:
         """The in-flight episodes: current observations, partial returns and lengths."""
@@ -214,7 +232,7 @@ class Collector:
             "obs": _copy(self._obs) if self._obs is not None else None,
             "ep_return": self._ep_return.copy(),
             "ep_len": self._ep_len.copy(),
-            "resetting": self._resetting.copy(),
+            "resetting": np.isin(np.arange(self.num_envs), self._resetting),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -222,4 +240,4 @@ class Collector:
         self._obs = state["obs"]
         self._ep_return = np.array(state["ep_return"], dtype=np.float64)
         self._ep_len = np.array(state["ep_len"], dtype=np.int64)
-        self._resetting = np.array(state["resetting"], dtype=bool)
+        self._resetting = np.flatnonzero(np.asarray(state["resetting"], dtype=bool))

@@ -1,0 +1,354 @@
+"""Logger interface: interval bookkeeping, stats-to-tag flattening, no-op and fan-out loggers.
+
+The trainer hands typed stats (:mod:`epochtrain.stats`) to a :class:`BaseLogger`; the
+logger decides from its intervals whether to record them, flattens the dataclasses into
+``{tag: float}`` dicts with stable tags (``train/returns_stat/mean``, ``update/loss/actor``,
+``info/env_step``, ...) and passes them to its one abstract method, :meth:`BaseLogger.write`.
+Every tag is documented in ``docs/logging.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Literal, TypeVar
+
+import numpy as np
+
+from epochtrain.stats import CollectStats, InfoStats, SequenceSummaryStats, TrainingStats
+
+__all__ = [
+    "SCOPES",
+    "BaseLogger",
+    "LazyLogger",
+    "MultiLogger",
+    "Scope",
+    "collect_stats_to_tags",
+    "flatten_dataclass",
+    "info_stats_to_tags",
+    "training_stats_to_tags",
+]
+
+Scope = Literal["train", "test", "update", "info"]
+"""The four tag namespaces; each record belongs to exactly one."""
+
+SCOPES: tuple[Scope, ...] = ("train", "test", "update", "info")
+"""All scopes, in the order they appear in :meth:`BaseLogger.state_dict`."""
+
+TLogger = TypeVar("TLogger", bound="BaseLogger")
+
+
+def flatten_dataclass(obj: object, prefix: str) -> dict[str, float]:
+    """Flatten a dataclass instance into ``{"<prefix>/<field>[/<subfield>...]": float}``.
+
+    Generic over the instance's fields: numbers become floats, nested dataclasses and
+    ``dict``s of numbers are flattened with ``/``; ``None``, arrays, booleans and any other
+    value are skipped (the raw ``returns``/``lens`` arrays of :class:`CollectStats` carry
+    no single number to plot).
+    """
+    out: dict[str, float] = {}
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"flatten_dataclass needs a dataclass instance, got {type(obj)!r}")
+    for f in dataclasses.fields(obj):
+        _flatten_value(getattr(obj, f.name), f"{prefix}/{f.name}", out)
+    return out
+
+
+def _flatten_value(value: object, tag: str, out: dict[str, float]) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        out[tag] = float(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out.update(flatten_dataclass(value, tag))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _flatten_value(item, f"{tag}/{key}", out)
+
+
+def collect_stats_to_tags(stats: CollectStats, scope: Literal["train", "test"]) -> dict[str, float]:
+    """Tags of one collection: ``<scope>/returns_stat/mean``, ``<scope>/n_collected_steps``, ...
+
+    Summary stats that are ``None`` (no episode finished) are left out.
+    """
+    return flatten_dataclass(stats, scope)
+
+
+def training_stats_to_tags(stats: TrainingStats) -> dict[str, float]:
+    """Tags of one update step.
+
+    Every :class:`SequenceSummaryStats` field becomes its mean over the update's gradient
+    steps, named by ``stats.loss_stats()`` (``update/loss/<part>``, ``update/approx_kl``);
+    ``smoothed_loss`` becomes ``update/smoothed/<key>``; every other numeric field
+    ``update/<field>`` (``update/train_time``, ``update/n_gradient_steps``, ...).
+    """
+    out = {f"update/{key}": float(value) for key, value in stats.loss_stats().items()}
+    for key, value in stats.smoothed_loss.items():
+        _flatten_value(value, f"update/smoothed/{key}", out)
+    for f in dataclasses.fields(stats):
+        value = getattr(stats, f.name)
+        if f.name == "smoothed_loss" or isinstance(value, SequenceSummaryStats):
+            continue
+        _flatten_value(value, f"update/{f.name}", out)
+    return out
+
+
+def info_stats_to_tags(stats: InfoStats) -> dict[str, float]:
+    """Tags of the run totals: ``info/<field>`` for every numeric :class:`InfoStats` field."""
+    return flatten_dataclass(stats, "info")
+
+
+def _check_interval(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+class BaseLogger(ABC):
+    """Base of all loggers: decides *when* to record, subclasses decide *where*.
+
+    A record of a scope is written when ``step - last_logged_step >= interval`` for that
+    scope; the first call always writes. Steps are counted in the unit of their scope:
+
+    :param train_interval: env steps between two records of training-collect stats.
+    :param test_interval: env steps between two records of test-collect stats.
+    :param update_interval: gradient steps between two records of update stats.
+    :param info_interval: epochs between two records of the run totals.
+
+    The default, 1, records every call. Because a record needs a step strictly greater
+    than the last logged one, a logger restored with :meth:`load_state_dict` never writes a
+    step twice. Loggers are context managers; leaving the ``with`` block calls
+    :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        train_interval: int = 1,
+        test_interval: int = 1,
+        update_interval: int = 1,
+        info_interval: int = 1,
+    ) -> None:
+        self.train_interval = _check_interval("train_interval", train_interval)
+        self.test_interval = _check_interval("test_interval", test_interval)
+        self.update_interval = _check_interval("update_interval", update_interval)
+        self.info_interval = _check_interval("info_interval", info_interval)
+        self._last_logged: dict[Scope, int | None] = dict.fromkeys(SCOPES)
+
+    @abstractmethod
+    def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Record ``data`` (full tags such as ``train/returns_stat/mean``) at ``step``."""
+
+    def log_train_data(self, stats: CollectStats, env_step: int) -> None:
+        """Record the stats of a training collect; ``env_step`` is the total env steps."""
+        if self._due("train", env_step, self.train_interval):
+            self._record("train", env_step, collect_stats_to_tags(stats, "train"))
+
+    def log_test_data(self, stats: CollectStats, env_step: int) -> None:
+        """Record the stats of a test collect, at the training ``env_step`` it happened."""
+        if self._due("test", env_step, self.test_interval):
+            self._record("test", env_step, collect_stats_to_tags(stats, "test"))
+
+    def log_update_data(self, stats: TrainingStats, gradient_step: int) -> None:
+        """Record the stats of an update step; ``gradient_step`` is the total gradient steps."""
+        if self._due("update", gradient_step, self.update_interval):
+            self._record("update", gradient_step, training_stats_to_tags(stats))
+
+    def log_info_data(self, stats: InfoStats, epoch: int) -> None:
+        """Record the run totals at the end of ``epoch``."""
+        if self._due("info", epoch, self.info_interval):
+            self._record("info", epoch, info_stats_to_tags(stats))
+
+    def _due(self, scope: Scope, step: int, interval: int) -> bool:
+        last = self._last_logged[scope]
+        return last is None or step - last >= interval
+
+    def _record(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        self.write(scope, step, data)
+        self._last_logged[scope] = step
+
+    def last_logged_step(self, scope: Scope) -> int | None:
+        """Step of the last record of ``scope``, or ``None`` if nothing was recorded yet."""
+        return self._last_logged[scope]
+
+    def state_dict(self) -> dict[str, object]:
+        """The last logged step of each scope (``None`` if never), e.g. ``{"train": 1000, ...}``."""
+        return {scope: last for scope, last in self._last_logged.items()}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore what :meth:`state_dict` returned, so a resumed run skips logged steps."""
+        restored: dict[Scope, int | None] = {}
+        for scope in SCOPES:
+            if scope not in state:
+                raise ValueError(f"logger state is missing the key {scope!r}; got {state!r}")
+            value = state[scope]
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"logger state[{scope!r}] must be an int or None, got {value!r}")
+            restored[scope] = value
+        self._last_logged = restored
+
+    def close(self) -> None:  # noqa: B027  # optional: loggers without resources skip it
+        """Flush and release resources; safe to call more than once."""
+
+    def __enter__(self: TLogger) -> TLogger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class LazyLogger(BaseLogger):
+    """A logger that records nothing (the trainers' default); it skips even the flattening."""
+
+    def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Discard ``data``."""
+
+    def log_train_data(self, stats: CollectStats, env_step: int) -> None:
+        """Do nothing."""
+
+    def log_test_data(self, stats: CollectStats, env_step: int) -> None:
+        """Do nothing."""
+
+    def log_update_data(self, stats: TrainingStats, gradient_step: int) -> None:
+        """Do nothing."""
+
+    def log_info_data(self, stats: InfoStats, epoch: int) -> None:
+        """Do nothing."""
+
+
+class MultiLogger(BaseLogger):
+    """Fan-out: forwards every call to several loggers, each keeping its own intervals."""
+
+    def __init__(self, *loggers: BaseLogger) -> None:
+        super().__init__()
+        for i, logger in enumerate(loggers):
+            if not isinstance(logger, BaseLogger):
+                raise TypeError(f"MultiLogger loggers[{i}] must be a BaseLogger, got {logger!r}")
+        self.loggers: tuple[BaseLogger, ...] = loggers
+
+    def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Write ``data`` to every logger, bypassing their intervals."""
+        for logger in self.loggers:
+            logger.write(scope, step, data)
+
+    def log_train_data(self, stats: CollectStats, env_step: int) -> None:
+        """Forward to every logger."""
+        for logger in self.loggers:
+            logger.log_train_data(stats, env_step)
+
+    def log_test_data(self, stats: CollectStats, env_step: int) -> None:
+        """Forward to every logger."""
+        for logger in self.loggers:
+            logger.log_test_data(stats, env_step)
+
+    def log_update_data(self, stats: TrainingStats, gradient_step: int) -> None:
+        """Forward to every logger."""
+        for logger in self.loggers:
+            logger.log_update_data(stats, gradient_step)
+
+    def log_info_data(self, stats: InfoStats, epoch: int) -> None:
+        """Forward to every logger."""
+        for logger in self.loggers:
+            logger.log_info_data(stats, epoch)
+
+    def state_dict(self) -> dict[str, object]:
+        """``{"loggers": [state of each logger, in order]}``."""
+        return {"loggers": [logger.state_dict() for logger in self.loggers]}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore each logger from what :meth:`state_dict` returned."""
+        states = state.get("loggers")
+        if not isinstance(states, list) or len(states) != len(self.loggers):
+            raise ValueError(
+                f"MultiLogger state['loggers'] must be a list of {len(self.loggers)} states, "
+                f"got {states!r}"
+            )
+        for logger, sub_state in zip(self.loggers, states, strict=True):
+            if not isinstance(sub_state, Mapping):
+                raise ValueError(f"MultiLogger sub-state must be a mapping, got {sub_state!r}")
+            logger.load_state_dict(sub_state)
+
+    def close(self) -> None:
+        """Close every logger."""
+        for logger in self.loggers:
+            logger.close()
+
+
+def _check_log_path(name: str, path: object, suffix_hint: str) -> Path:
+    """Validate a log file path: a ``str``/``PathLike`` that is not a directory.
+
+    Missing parent directories are created. ``suffix_hint`` only appears in the error.
+    """
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise ValueError(f"{name} must be a non-empty str or os.PathLike, got {path!r}")
+    resolved = Path(path)
+    if resolved.is_dir():
+        raise ValueError(
+            f"{name} must be a file path (e.g. run{suffix_hint}), got directory {path!r}"
+        )
+    resolved.parent.mkdir(parents=True, exist_ok=True)
+    return resolved
+
+
+def _check_file_mode(mode: object) -> Literal["a", "w"]:
+    """Validate ``mode``: ``"a"`` appends to an existing file, ``"w"`` starts a new one."""
+    if mode == "a":
+        return "a"
+    if mode == "w":
+        return "w"
+    raise ValueError(f"mode must be 'a' (append) or 'w' (overwrite), got {mode!r}")
+
+
+def _open_log_file(path: Path, mode: Literal["a", "w"]) -> IO[str]:
+    """Open a line-based log for writing; in append mode drop a torn last line first.
+
+    A crash while a line was half written leaves it without its newline; cutting it off
+    keeps the file parseable once new lines are appended.
+    """
+    if mode == "a" and path.exists():
+        with path.open("rb+") as raw:
+            content = raw.read()
+            if content and not content.endswith(b"\n"):
+                raw.truncate(content.rfind(b"\n") + 1)
+    return path.open(mode, encoding="utf-8", newline="")
+
+
+def _rewrite_lines(path: Path, keep: Callable[[str], bool], header_lines: int = 0) -> None:
+    """Atomically rewrite ``path`` keeping its first ``header_lines`` and lines ``keep`` accepts."""
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8", newline="") as f:
+        lines = f.read().splitlines(keepends=True)
+    kept = lines[:header_lines] + [line for line in lines[header_lines:] if keep(line)]
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+
+
+def _logged_after_restore(logger: BaseLogger, scope: str, step: float) -> bool:
+    """Whether a file record of ``scope`` at ``step`` lies after ``logger``'s last logged step.
+
+    Such records were written by an interrupted run after its last checkpoint; the resumed
+    run writes them again, so the file loggers drop them on :meth:`BaseLogger.load_state_dict`.
+    Records of an unknown scope are kept.
+    """
+    for known in SCOPES:
+        if known == scope:
+            last = logger.last_logged_step(known)
+            return last is None or step > last
+    return False
+
+
+def _finite_or_none(value: float) -> float | None:
+    """``value``, or ``None`` for NaN and ±inf (strict JSON has no such numbers)."""
+    return value if math.isfinite(value) else None

@@ -1,0 +1,112 @@
+"""CSV logger: long-format ``scope,step,tag,value`` rows, one per tag, flushed per record.
+
+Long format keeps the header fixed whatever tags an algorithm produces, so runs of
+different algorithms can be concatenated and pivoted (``pandas.read_csv(path).pivot_table(
+index="step", columns="tag", values="value")``). Values are written with ``repr`` so they
+read back exactly; NaN and ±inf appear as ``nan``, ``inf`` and ``-inf``, which ``float``
+parses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from epochtrain.logger.base import (
+    BaseLogger,
+    Scope,
+    _check_file_mode,
+    _check_log_path,
+    _logged_after_restore,
+    _open_log_file,
+    _rewrite_lines,
+)
+
+__all__ = ["CSV_HEADER", "CSVLogger"]
+
+CSV_HEADER: tuple[str, str, str, str] = ("scope", "step", "tag", "value")
+"""The header row, written once at the top of the file."""
+
+_HEADER_LINE = ",".join(CSV_HEADER)
+
+
+class CSVLogger(BaseLogger):
+    """Append ``scope,step,tag,value`` rows to ``path``.
+
+    :param path: the ``.csv`` file; missing parent directories are created.
+    :param mode: ``"a"`` (default) appends to an existing file (its header must be
+        ``scope,step,tag,value``) so a resumed run continues it; ``"w"`` starts afresh.
+        The header is written only when the file is new or empty.
+    :param train_interval: env steps between training-collect records.
+    :param test_interval: env steps between test records.
+    :param update_interval: gradient steps between update records.
+    :param info_interval: epochs between info records.
+
+    :meth:`load_state_dict` removes the rows written after the restored steps (by the run
+    that was interrupted after its checkpoint), since the resumed run writes them again.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mode: Literal["a", "w"] = "a",
+        train_interval: int = 1,
+        test_interval: int = 1,
+        update_interval: int = 1,
+        info_interval: int = 1,
+    ) -> None:
+        super().__init__(train_interval, test_interval, update_interval, info_interval)
+        self.path = _check_log_path("path", path, ".csv")
+        self.mode = _check_file_mode(mode)
+        if self.mode == "a":
+            _check_header(self.path)
+        self._file = _open_log_file(self.path, self.mode)
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        if self._file.tell() == 0:
+            self._writer.writerow(CSV_HEADER)
+            self._file.flush()
+
+    def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Write one row per tag of ``data`` and flush."""
+        self._writer.writerows((scope, step, tag, repr(float(v))) for tag, v in data.items())
+        self._file.flush()
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore the last logged steps and drop the file's rows after them."""
+        super().load_state_dict(state)
+        self._file.close()
+        _rewrite_lines(self.path, self._keep_line, header_lines=1)
+        self._file = _open_log_file(self.path, "a")
+        self._writer = csv.writer(self._file, lineterminator="\n")
+
+    def _keep_line(self, line: str) -> bool:
+        row = next(csv.reader(io.StringIO(line)), [])
+        if len(row) != len(CSV_HEADER):
+            return False
+        try:
+            step = float(row[1])
+        except ValueError:
+            return False
+        return not _logged_after_restore(self, row[0], step)
+
+    def close(self) -> None:
+        """Close the file (it is already flushed)."""
+        self._file.close()
+
+
+def _check_header(path: os.PathLike[str]) -> None:
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return
+    # A first line without newline is torn and gets cut off on open; nothing to check.
+    if first.endswith("\n") and first.rstrip("\r\n") != _HEADER_LINE:
+        raise ValueError(
+            f"path {os.fspath(path)!r} exists with header {first.rstrip()!r}; CSVLogger appends "
+            f"only to files whose header is {_HEADER_LINE!r} (use mode='w' to overwrite)"
+        )
