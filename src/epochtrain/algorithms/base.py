@@ -74,5 +74,5 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
     def to_tensor(self, obs: Obs) -> Obs:
         """Observations moved to the policy's device as float tensors where needed."""
         if isinstance(obs, Tensor):
-            return obs.to(self.device)
+            return obs if obs.device == self.device else obs.to(self.device)
         return {k: self.to_tensor(v) for k, v in obs.items()}

@@ -1,0 +1,122 @@
+"""BC: behaviour cloning, supervised imitation of the actions stored in a dataset.
+
+Papers: Pomerleau 1991, "Efficient Training of Artificial Neural Networks for Autonomous
+Navigation" (Neural Computation 3(1), ALVINN), the original behaviour-cloning setting;
+Bain & Sammut 1995, "A Framework for Behavioural Cloning".
+
+Data flow: the offline trainer samples minibatches of ``(obs, act)`` from a fixed
+replay buffer and calls :meth:`BC.learn` once per gradient step. Discrete actions are
+fitted with cross-entropy on the logits; Box actions with mean squared error on a
+network output squashed by ``tanh`` into the action space's bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.nets import MLP, flat_dim
+from epochtrain.stats import SequenceSummaryStats, TrainingStats
+
+__all__ = ["BC", "BCTrainingStats"]
+
+
+@dataclass(kw_only=True)
+class BCTrainingStats(TrainingStats):
+    """Stats of BC gradient steps: cross-entropy (discrete) or MSE (continuous) loss."""
+
+    loss: SequenceSummaryStats
+
+
+def _tensor(obs: Obs) -> Tensor:
+    # flat_dim rejected dict observation spaces in the constructor
+    assert isinstance(obs, Tensor)
+    return obs
+
+
+class BC(Policy[BCTrainingStats]):
+    """Behaviour cloning for a Discrete or a 1-d bounded Box action space.
+
+    Deterministic acting takes the most likely action (discrete) or the network's
+    action (continuous); stochastic acting samples from the softmax (discrete) and is
+    the same as deterministic for continuous actions.
+    """
+
+    action_center: Tensor
+    action_half_range: Tensor
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        lr: float = 1e-3,
+        hidden: Sequence[int] = (64, 64),
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if isinstance(action_space, gym.spaces.Discrete):
+            out_dim = int(action_space.n)
+        elif (
+            isinstance(action_space, gym.spaces.Box)
+            and len(action_space.shape) == 1
+            and bool(np.all(np.isfinite(action_space.low)))
+            and bool(np.all(np.isfinite(action_space.high)))
+        ):
+            out_dim = int(action_space.shape[0])
+        else:
+            raise ValueError(
+                "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
+                f"with finite bounds for BC, got {action_space!r}"
+            )
+        if not lr > 0:
+            raise ValueError(f"lr must be positive, got {lr!r}")
+        super().__init__(observation_space, action_space, device=device)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.net = MLP(flat_dim(observation_space), out_dim, hidden, nn.ReLU)
+        low, high = np.zeros(out_dim), np.ones(out_dim)
+        if isinstance(action_space, gym.spaces.Box):
+            low, high = action_space.low, action_space.high
+        # map tanh's (-1, 1) to (low, high): action = center + half_range * tanh(out)
+        center = torch.as_tensor((high + low) / 2, dtype=torch.float32)
+        half = torch.as_tensor((high - low) / 2, dtype=torch.float32)
+        self.register_buffer("action_center", center)
+        self.register_buffer("action_half_range", half)
+        self.to(self.device)
+        self.optimizers["net"] = torch.optim.Adam(self.net.parameters(), lr=lr, fused=True)
+
+    def squash(self, out: Tensor) -> Tensor:
+        """Network output mapped into the Box action bounds with ``tanh``."""
+        return self.action_center + self.action_half_range * torch.tanh(out)
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        """Imitated actions for a batch of observations; no extras."""
+        out = self.net(_tensor(obs))
+        if not self.discrete:
+            return self.squash(out), {}
+        if deterministic:
+            return out.argmax(dim=-1), {}
+        return torch.multinomial(out.softmax(dim=-1), 1).squeeze(-1), {}
+
+    def learn(self, batch: Batch) -> BCTrainingStats:
+        """One gradient step of cross-entropy (discrete) or MSE (continuous) on ``batch``."""
+        batch = batch.to(self.device)
+        out = self.net(_tensor(batch.obs))
+        if self.discrete:
+            loss = F.cross_entropy(out, batch.act.long().reshape(-1))
+        else:
+            target = batch.act.to(out.dtype).reshape(out.shape)
+            loss = F.mse_loss(self.squash(out), target)
+        opt = self.optimizers["net"]
+        opt.zero_grad(set_to_none=True)
+        torch.autograd.backward(loss)
+        opt.step()
+        return BCTrainingStats(loss=SequenceSummaryStats.single(loss.item()), n_gradient_steps=1)

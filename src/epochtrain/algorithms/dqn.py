@@ -1,0 +1,191 @@
+"""DQN: deep Q-learning with a target network and (by default) double-Q targets.
+
+Papers: Mnih et al. 2015, "Human-level control through deep reinforcement learning"
+(Nature 518) for the Q network, replay, the hard-updated target network and the Huber
+loss; van Hasselt, Guez & Silver 2016, "Deep Reinforcement Learning with Double
+Q-learning" (AAAI) for selecting the next action with the online network and evaluating
+it with the target network.
+
+Data flow: the collector calls :meth:`DQN.act` (epsilon-greedy, epsilon from
+:meth:`DQN.set_progress`), the off-policy trainer samples minibatches from the replay
+buffer and calls :meth:`DQN.learn` once per gradient step; every ``target_update_freq``
+gradient steps the target network is overwritten with the online one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.nets import MLP, flat_dim
+from epochtrain.stats import SequenceSummaryStats, TrainingStats
+
+__all__ = ["DQN", "DQNTrainingStats"]
+
+
+@dataclass(kw_only=True)
+class DQNTrainingStats(TrainingStats):
+    """Stats of DQN gradient steps: Huber TD loss, mean Q of the taken actions, epsilon."""
+
+    loss: SequenceSummaryStats
+    q_mean: SequenceSummaryStats
+    epsilon: SequenceSummaryStats
+
+
+def _tensor(obs: Obs) -> Tensor:
+    # flat_dim rejected dict observation spaces in the constructor
+    assert isinstance(obs, Tensor)
+    return obs
+
+
+class DQN(Policy[DQNTrainingStats]):
+    """Deep Q-network for discrete actions.
+
+    Schedules are explicit: epsilon falls linearly from ``epsilon_start`` to
+    ``epsilon_end`` over ``epsilon_decay_steps`` env steps (as reported by the trainer
+    through :meth:`set_progress`); the target network is copied from the online network
+    every ``target_update_freq`` gradient steps. Deterministic acting is greedy.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        hidden: Sequence[int] = (64, 64),
+        lr: float = 2.3e-3,
+        gamma: float = 0.99,
+        target_update_freq: int = 128,
+        double_q: bool = True,
+        epsilon_start: float = 1.0,
+        epsilon_end: float = 0.04,
+        epsilon_decay_steps: int = 8000,
+        max_grad_norm: float | None = 10.0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"action_space must be gymnasium.spaces.Discrete for DQN, got {action_space!r}"
+            )
+        _check_positive(lr=lr, target_update_freq=target_update_freq)
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        for name, eps in (("epsilon_start", epsilon_start), ("epsilon_end", epsilon_end)):
+            if not 0.0 <= eps <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {eps!r}")
+        if epsilon_decay_steps < 0:
+            raise ValueError(f"epsilon_decay_steps must be >= 0, got {epsilon_decay_steps!r}")
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+        super().__init__(observation_space, action_space, device=device)
+        self.n_actions = int(action_space.n)
+        self.gamma = gamma
+        self.target_update_freq = target_update_freq
+        self.double_q = double_q
+        self.epsilon_start = epsilon_start
+        self.epsilon_end = epsilon_end
+        self.epsilon_decay_steps = epsilon_decay_steps
+        self.max_grad_norm = max_grad_norm
+        self.q_net = MLP(flat_dim(observation_space), self.n_actions, hidden, nn.ReLU)
+        self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.to(self.device)
+        self.optimizers["q"] = torch.optim.Adam(self.q_net.parameters(), lr=lr, fused=True)
+        self.epsilon = epsilon_start
+        self.n_updates = 0
+        """Gradient steps taken so far (saved in the state dict; drives target updates)."""
+
+    # ------------------------------------------------------------------ acting
+    def set_progress(self, env_step: int) -> None:
+        """Set epsilon for ``env_step`` collected env steps (linear decay, then flat)."""
+        if self.epsilon_decay_steps == 0:
+            frac = 1.0
+        else:
+            frac = min(1.0, env_step / self.epsilon_decay_steps)
+        self.epsilon = self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start)
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        """Greedy actions, each replaced by a uniform one with probability epsilon."""
+        q = self.q_net(_tensor(obs))
+        actions = q.argmax(dim=-1)
+        if not deterministic and self.epsilon > 0.0:
+            n = actions.shape[0]
+            explore = torch.rand(n, device=q.device) < self.epsilon
+            random_actions = torch.randint(self.n_actions, (n,), device=q.device)
+            actions = torch.where(explore, random_actions, actions)
+        return actions, {}
+
+    # ---------------------------------------------------------------- learning
+    @torch.no_grad()
+    def compute_target(self, batch: Batch) -> Tensor:
+        """TD target ``r + gamma * (1 - terminated) * Q_target(s', a*)``.
+
+        ``a*`` is the online network's argmax (double-Q) or the target network's own.
+        Only termination cuts the bootstrap: a truncated transition still bootstraps
+        from its true final observation ``obs_next``.
+        """
+        obs_next = _tensor(batch.obs_next)
+        q_next_target = self.target_net(obs_next)
+        if self.double_q:
+            best = self.q_net(obs_next).argmax(dim=-1, keepdim=True)
+        else:
+            best = q_next_target.argmax(dim=-1, keepdim=True)
+        q_next = q_next_target.gather(-1, best).squeeze(-1)
+        not_terminated = (~batch.terminated).to(q_next.dtype)
+        target: Tensor = batch.rew + self.gamma * not_terminated * q_next
+        return target
+
+    def learn(self, batch: Batch) -> DQNTrainingStats:
+        """One Huber-loss gradient step on ``batch``; may hard-update the target network."""
+        batch = batch.to(self.device)
+        target = self.compute_target(batch)
+        q_all = self.q_net(_tensor(batch.obs))
+        q = q_all.gather(-1, batch.act.long().reshape(-1, 1)).squeeze(-1)
+        loss = F.smooth_l1_loss(q, target)
+        opt = self.optimizers["q"]
+        opt.zero_grad(set_to_none=True)
+        torch.autograd.backward(loss)
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
+        opt.step()
+        self.n_updates += 1
+        if self.n_updates % self.target_update_freq == 0:
+            self.sync_target()
+        return DQNTrainingStats(
+            loss=SequenceSummaryStats.single(loss.item()),
+            q_mean=SequenceSummaryStats.single(q.detach().mean().item()),
+            epsilon=SequenceSummaryStats.single(self.epsilon),
+            n_gradient_steps=1,
+        )
+
+    def sync_target(self) -> None:
+        """Copy the online network's weights into the target network (hard update)."""
+        self.target_net.load_state_dict(self.q_net.state_dict())
+
+    # ------------------------------------------------------------- persisting
+    def get_extra_state(self) -> dict[str, Any]:
+        """Optimizer states plus the gradient-step counter and current epsilon."""
+        state = super().get_extra_state()
+        state["n_updates"] = self.n_updates
+        state["epsilon"] = self.epsilon
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_extra_state` returned."""
+        super().set_extra_state(state)
+        self.n_updates = int(state["n_updates"])
+        self.epsilon = float(state["epsilon"])
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")

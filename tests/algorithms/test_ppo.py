@@ -1,0 +1,185 @@
+"""PPO: acting, GAE with truncation and termination, the clipped loss, schedules, saving."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import Tensor, nn
+
+from epochtrain.algorithms import PPO, PPOTrainingStats
+from epochtrain.data import Batch
+
+OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
+
+
+class TableV(nn.Module):
+    """Values looked up by the integer in the first observation entry."""
+
+    def __init__(self, table: list[float]) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.tensor(table))
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.table[obs[:, 0].long()].unsqueeze(-1)
+
+
+def obs_ids(ids: list[list[int]]) -> Tensor:
+    """``[time, env, 4]`` observations whose first entry is the given id."""
+    out = torch.zeros(len(ids), len(ids[0]), 4)
+    out[..., 0] = torch.tensor(ids, dtype=torch.float32)
+    return out
+
+
+def test_act_discrete_shapes_and_logp() -> None:
+    policy = PPO(OBS_SPACE, gym.spaces.Discrete(3))
+    obs = torch.randn(6, 4)
+    actions, extras = policy.act(obs)
+    assert actions.shape == (6,) and actions.dtype == torch.int64
+    assert set(extras) == {"logp"} and extras["logp"].shape == (6,)
+    logp, _ = policy.log_prob_entropy(obs, actions)
+    assert torch.allclose(logp, extras["logp"])
+    greedy, _ = policy.act(obs, deterministic=True)
+    assert torch.equal(greedy, policy.actor(obs).argmax(-1))
+
+
+def test_act_continuous_shapes_and_logp() -> None:
+    policy = PPO(OBS_SPACE, gym.spaces.Box(-2.0, 2.0, shape=(2,)))
+    obs = torch.randn(6, 4)
+    actions, extras = policy.act(obs)
+    assert actions.shape == (6, 2) and actions.dtype == torch.float32
+    logp, entropy = policy.log_prob_entropy(obs, actions)
+    assert torch.allclose(logp, extras["logp"])
+    normal = torch.distributions.Normal(policy.actor(obs), policy.log_std.exp())
+    assert torch.allclose(logp, normal.log_prob(actions).sum(-1), atol=1e-5)
+    assert torch.allclose(entropy, normal.entropy().sum(-1), atol=1e-5)
+
+
+def test_gae_bootstraps_truncation_from_obs_next_and_cuts_at_termination() -> None:
+    policy = PPO(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5, gae_lambda=0.5)
+    # V by observation id; id 4 is the obs after a termination and must be ignored
+    policy.critic = TableV([1.0, 2.0, 4.0, 3.0, 100.0])
+    # env 0: step, truncated step (true final obs id 2), terminated step
+    # env 1: three plain steps, the last bootstrapping from its obs_next (id 1)
+    batch = Batch(
+        obs=obs_ids([[0, 0], [1, 0], [3, 0]]),
+        act=torch.zeros(3, 2, dtype=torch.int64),
+        rew=torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]),
+        terminated=torch.tensor([[False, False], [False, False], [True, False]]),
+        truncated=torch.tensor([[False, False], [True, False], [False, False]]),
+        obs_next=obs_ids([[1, 0], [2, 0], [4, 1]]),
+    )
+    out = policy.process_rollout(batch)
+    assert out.adv is not None and out.ret is not None and out.value is not None
+    # env 0: delta = [1 + .5*2 - 1, 1 + .5*4 - 2, 1 - 3] = [1, 1, -2]; the done at t=1
+    # stops the recursion, so adv = [1 + .25*1, 1, -2]
+    # env 1: delta = [.5*1 - 1, .5*1 - 1, .5*2 - 1] = [-.5, -.5, 0]
+    expected_adv = [[1.25, -0.625], [1.0, -0.5], [-2.0, 0.0]]
+    torch.testing.assert_close(out.adv, torch.tensor(expected_adv))
+    torch.testing.assert_close(out.value, torch.tensor([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0]]))
+    torch.testing.assert_close(out.ret, out.adv + out.value)
+
+
+def _one_state_batch(ratio: float, adv: list[float], policy: PPO) -> Batch:
+    n = len(adv)
+    obs = torch.zeros(n, 4)
+    act = torch.tensor([i % 2 for i in range(n)])
+    logp, _ = policy.log_prob_entropy(obs, act)
+    return Batch(
+        obs=obs,
+        act=act,
+        rew=torch.zeros(n),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        truncated=torch.zeros(n, dtype=torch.bool),
+        obs_next=obs,
+        logp=logp.detach() - math.log(ratio),
+        adv=torch.tensor(adv),
+        ret=torch.zeros(n),
+    )
+
+
+def test_clipped_surrogate_takes_the_pessimistic_side() -> None:
+    policy = PPO(
+        OBS_SPACE,
+        gym.spaces.Discrete(2),
+        clip_range=0.2,
+        normalize_advantage=False,
+        lr_anneal_steps=None,
+        clip_anneal_steps=None,
+    )
+    # ratio 2: positive advantage is clipped to 1.2 * 1, negative keeps 2 * -1
+    stats = policy.learn(_one_state_batch(2.0, [1.0, -1.0], policy))
+    assert isinstance(stats, PPOTrainingStats)
+    assert stats.loss_actor.mean == pytest.approx(-(1.2 - 2.0) / 2, rel=1e-5)
+    assert stats.clip_fraction.mean == 1.0
+    assert stats.approx_kl.mean == pytest.approx(2.0 - 1.0 - math.log(2.0), rel=1e-5)
+
+
+def test_positive_advantage_makes_the_action_more_likely() -> None:
+    policy = PPO(OBS_SPACE, gym.spaces.Discrete(2), lr=1e-2, normalize_advantage=False)
+    obs = torch.zeros(1, 4)
+    before = policy.actor(obs).softmax(-1)[0, 0].item()
+    batch = _one_state_batch(1.0, [1.0], policy)  # action 0, advantage +1
+    policy.learn(batch)
+    after = policy.actor(obs).softmax(-1)[0, 0].item()
+    assert after > before
+
+
+def test_lr_and_clip_anneal_linearly_to_zero() -> None:
+    policy = PPO(
+        OBS_SPACE,
+        gym.spaces.Discrete(2),
+        lr=1e-3,
+        clip_range=0.2,
+        lr_anneal_steps=1000,
+        clip_anneal_steps=2000,
+    )
+    policy.set_progress(500)
+    assert policy.optimizers["ppo"].param_groups[0]["lr"] == pytest.approx(5e-4)
+    assert policy.clip_range_now == pytest.approx(0.15)
+    policy.set_progress(5000)
+    assert policy.optimizers["ppo"].param_groups[0]["lr"] == 0.0
+    assert policy.clip_range_now == 0.0
+
+
+def test_state_dict_round_trip_includes_optimizer() -> None:
+    torch.manual_seed(0)
+    policy = PPO(OBS_SPACE, gym.spaces.Discrete(2))
+    for _ in range(3):
+        policy.learn(_one_state_batch(1.0, [1.0, -0.5, 0.3], policy))
+    policy.set_progress(30_000)
+    clone = PPO(OBS_SPACE, gym.spaces.Discrete(2))
+    clone.load_state_dict(policy.state_dict())
+    for k, v in policy.state_dict().items():
+        if isinstance(v, Tensor):
+            assert torch.equal(v, clone.state_dict()[k]), k
+    assert clone.clip_range_now == policy.clip_range_now
+    a, b = policy.optimizers["ppo"].state_dict(), clone.optimizers["ppo"].state_dict()
+    assert a["param_groups"][0]["lr"] == b["param_groups"][0]["lr"]
+    for k in a["state"]:
+        assert torch.equal(a["state"][k]["exp_avg_sq"], b["state"][k]["exp_avg_sq"])
+    batch = _one_state_batch(1.0, [1.0, -0.5], policy)
+    assert policy.learn(batch).loss.mean == clone.learn(batch).loss.mean
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"gamma": -0.1}, "gamma"),
+        ({"gae_lambda": 2.0}, "gae_lambda"),
+        ({"clip_range": 0.0}, "clip_range"),
+        ({"lr_anneal_steps": 0}, "lr_anneal_steps"),
+    ],
+)
+def test_constructor_rejects_bad_hyper_parameters(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        PPO(OBS_SPACE, gym.spaces.Discrete(2), **kwargs)
+
+
+def test_constructor_rejects_unsupported_action_space() -> None:
+    with pytest.raises(ValueError, match=r"action_space .*MultiDiscrete"):
+        PPO(OBS_SPACE, gym.spaces.MultiDiscrete([2, 3]))

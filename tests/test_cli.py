@@ -1,0 +1,76 @@
+"""The ``epochtrain`` command: help, errors with status 2, and a short real run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from epochtrain.cli import main
+
+
+def test_help_lists_every_option_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for option in ["--algo", "--env", "--seed", "--max-epoch", "--logdir", "--no-progress"]:
+        assert option in out
+    assert "default: CartPole-v1" in out and "default: runs" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["train", "--algo", "nope"], "--algo"),
+        (["train"], "--algo"),
+        (["train", "--algo", "ppo", "--seed", "x"], "--seed"),
+        (["train", "--algo", "ppo", "--bogus"], "--bogus"),
+        (["fly"], "fly"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err
+
+
+def test_bad_option_value_exits_2_before_training(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--algo", "ppo", "--max-epoch", "0", "--logdir", ""])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "max_epoch" in err
+
+
+def test_short_run_writes_tensorboard_logs(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "epochtrain",
+            "train",
+            "--algo",
+            "ppo",
+            "--max-epoch",
+            "1",
+            "--step-per-epoch",
+            "512",
+            "--logdir",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Epoch #1:" in result.stdout
+    assert "mean test return" in result.stdout
+    assert list(tmp_path.rglob("events.out.tfevents.*"))

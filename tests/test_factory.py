@@ -1,0 +1,114 @@
+"""make_trainer: defaults per algorithm, overrides split by name, errors, seeding, logging."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from epochtrain.algorithms import BC, DQN, PPO
+from epochtrain.data import ReplayBuffer
+from epochtrain.factory import DEFAULTS, make_trainer
+from epochtrain.logger import LazyLogger, TensorboardLogger
+from epochtrain.trainer import OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
+
+
+def test_ppo_defaults_build_an_onpolicy_trainer() -> None:
+    trainer = make_trainer("ppo", "CartPole-v1", show_progress=False)
+    assert isinstance(trainer, OnpolicyTrainer)
+    assert isinstance(trainer.policy, PPO)
+    assert trainer.step_per_epoch == DEFAULTS["ppo"].trainer["step_per_epoch"]
+    assert trainer.train_collector.num_envs == 8
+    assert trainer.test_collector is not None and trainer.test_collector.num_envs == 10
+    assert not trainer.test_collector.exploration
+    assert isinstance(trainer.logger, LazyLogger)
+
+
+def test_overrides_reach_policy_trainer_and_factory() -> None:
+    trainer = make_trainer(
+        "dqn",
+        "CartPole-v1",
+        lr=1e-4,
+        hidden=(8,),
+        batch_size=32,
+        num_envs=2,
+        buffer_size=1000,
+        show_progress=False,
+    )
+    assert isinstance(trainer, OffpolicyTrainer) and isinstance(trainer.policy, DQN)
+    assert trainer.policy.optimizers["q"].param_groups[0]["lr"] == 1e-4
+    assert trainer.policy.q_net.net[0].out_features == 8
+    assert trainer.batch_size == 32
+    buffer = trainer.train_collector.buffer
+    assert buffer is not None and buffer.num_envs == 2 and buffer.capacity == 1000
+
+
+def test_unknown_override_lists_the_allowed_names() -> None:
+    with pytest.raises(ValueError, match=r"unknown overrides \['learning_rate'\].*'lr'"):
+        make_trainer("ppo", "CartPole-v1", learning_rate=1e-3)
+
+
+def test_unknown_algo_is_rejected() -> None:
+    with pytest.raises(ValueError, match="algo must be one of"):
+        make_trainer("sarsa", "CartPole-v1")
+
+
+def test_bc_needs_a_buffer() -> None:
+    with pytest.raises(ValueError, match="buffer="):
+        make_trainer("bc", "CartPole-v1")
+
+
+def test_bc_with_a_buffer_builds_an_offline_trainer() -> None:
+    buffer = ReplayBuffer(10, 1)
+    import numpy as np
+
+    for _ in range(5):
+        obs = np.zeros((1, 4), dtype=np.float32)
+        buffer.add(
+            obs, np.zeros(1, dtype=np.int64), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), obs
+        )
+    trainer = make_trainer("bc", "CartPole-v1", buffer=buffer, show_progress=False)
+    assert isinstance(trainer, OfflineTrainer) and isinstance(trainer.policy, BC)
+
+
+def test_default_stop_fn_uses_the_reward_threshold_and_none_disables_it() -> None:
+    trainer = make_trainer("ppo", "CartPole-v1")
+    assert trainer.stop_fn is not None
+    assert trainer.stop_fn(475.0) and not trainer.stop_fn(474.9)
+    assert make_trainer("ppo", "CartPole-v1", stop_fn=None).stop_fn is None
+
+
+def test_same_seed_same_initial_weights_without_touching_global_rng() -> None:
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    a = make_trainer("ppo", "CartPole-v1", seed=3).policy.state_dict()
+    assert torch.equal(torch.get_rng_state(), state)
+    b = make_trainer("ppo", "CartPole-v1", seed=3).policy.state_dict()
+    c = make_trainer("ppo", "CartPole-v1", seed=4).policy.state_dict()
+    assert torch.equal(a["actor.net.0.weight"], b["actor.net.0.weight"])
+    assert not torch.equal(a["actor.net.0.weight"], c["actor.net.0.weight"])
+
+
+def test_logdir_gives_a_tensorboard_logger(tmp_path: Path) -> None:
+    trainer = make_trainer("ppo", "CartPole-v1", logdir=str(tmp_path), show_progress=False)
+    assert isinstance(trainer.logger, TensorboardLogger)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_one_short_epoch_runs(algo: str) -> None:
+    trainer = (
+        make_trainer(
+            algo,
+            "CartPole-v1",
+            max_epoch=1,
+            step_per_epoch=256,
+            warmup_steps=0,
+            show_progress=False,
+        )
+        if algo == "dqn"
+        else make_trainer(algo, "CartPole-v1", max_epoch=1, step_per_epoch=256, show_progress=False)
+    )
+    info = trainer.run()
+    assert info.epoch == 1 and info.env_step >= 256 and info.gradient_step > 0
+    assert trainer.stop_reason in ("max_epoch", "stop_fn")
