@@ -1,0 +1,102 @@
+"""Stats dataclasses: summaries, merging, aggregation over gradient steps, MovAvg."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from epochtrain.stats import (
+    CollectStats,
+    MovAvg,
+    SequenceSummaryStats,
+    TrainingStats,
+    aggregate_training_stats,
+)
+
+
+@dataclasses.dataclass(kw_only=True)
+class LossStats(TrainingStats):
+    loss: SequenceSummaryStats
+    loss_critic: SequenceSummaryStats
+    q_mean: SequenceSummaryStats
+    note: str = ""
+
+
+def step(loss: float, critic: float, q: float, note: str = "") -> LossStats:
+    single = SequenceSummaryStats.single
+    return LossStats(
+        loss=single(loss),
+        loss_critic=single(critic),
+        q_mean=single(q),
+        note=note,
+        n_gradient_steps=1,
+        train_time=0.5,
+    )
+
+
+def test_summary_of_a_sequence() -> None:
+    s = SequenceSummaryStats.from_sequence([1.0, 2.0, 6.0])
+    assert (s.mean, s.min, s.max) == (3.0, 1.0, 6.0)
+    assert s.std == pytest.approx(np.std([1.0, 2.0, 6.0]))
+    empty = SequenceSummaryStats.from_sequence([])
+    assert all(math.isnan(v) for v in dataclasses.astuple(empty))
+
+
+def test_collect_stats_merge_covers_every_part() -> None:
+    a = CollectStats.from_episodes(10, [1.0, 3.0], [4, 6], collect_time=1.0)
+    b = CollectStats.from_episodes(20, [], [], collect_time=1.0)
+    c = CollectStats.from_episodes(5, [5.0], [5], collect_time=2.0)
+    merged = CollectStats.merge([a, b, c])
+    assert merged.n_collected_steps == 35 and merged.n_collected_episodes == 3
+    assert merged.returns.tolist() == [1.0, 3.0, 5.0]
+    assert merged.returns_stat is not None and merged.returns_stat.mean == 3.0
+    assert merged.lens_stat is not None and merged.lens_stat.max == 6
+    assert merged.collect_time == 4.0 and merged.collect_speed == pytest.approx(35 / 4)
+    assert b.returns_stat is None  # no finished episode: no summary, not zeros
+
+
+def test_loss_stats_keys_follow_the_tag_scheme() -> None:
+    assert step(1.0, 2.0, 3.0).loss_stats() == {"loss": 1.0, "loss/critic": 2.0, "q_mean": 3.0}
+
+
+def test_aggregate_summarises_all_gradient_steps_and_keeps_the_type() -> None:
+    steps = [step(1.0, 10.0, 0.0, "a"), step(3.0, 20.0, 1.0, "b"), step(8.0, 30.0, 2.0, "c")]
+    agg = aggregate_training_stats(steps, train_time=7.0)
+    assert isinstance(agg, LossStats)
+    assert agg.loss.mean == 4.0 and agg.loss.min == 1.0 and agg.loss.max == 8.0
+    assert agg.loss.std == pytest.approx(np.std([1.0, 3.0, 8.0]))
+    assert agg.loss_critic.mean == 20.0
+    assert agg.n_gradient_steps == 3 and agg.train_time == 7.0
+    assert agg.note == "c"
+    assert aggregate_training_stats([], 0.0) is None
+
+
+def test_movavg_ignores_nan_and_inf_and_keeps_a_window() -> None:
+    avg = MovAvg(size=3)
+    assert math.isnan(avg.get())
+    computed_nan = float("inf") - float("inf")  # a NaN that is not the float("nan") object
+    for value in [1.0, computed_nan, float("inf"), -float("inf"), 2.0, 3.0]:
+        avg.add(value)
+    assert avg.get() == 2.0
+    avg.add(7.0)  # window of 3: [2, 3, 7]
+    assert avg.get() == 4.0
+
+
+def test_movavg_state_dict_round_trip() -> None:
+    avg = MovAvg(size=4)
+    for v in [1.0, 2.0, 3.0]:
+        avg.add(v)
+    other = MovAvg()
+    other.load_state_dict(avg.state_dict())
+    assert other.size == 4 and other.get() == 2.0
+    other.add(10.0)
+    other.add(10.0)
+    assert other.get() == pytest.approx((2 + 3 + 10 + 10) / 4)
+
+
+def test_movavg_rejects_bad_size() -> None:
+    with pytest.raises(ValueError, match="size"):
+        MovAvg(size=0)
