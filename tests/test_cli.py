@@ -41,11 +41,24 @@ def test_bad_options_exit_2_with_one_line(
     assert len(err.strip().splitlines()) == 1 and fragment in err
 
 
-def test_bad_option_value_exits_2_before_training(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["train", "--algo", "ppo", "--max-epoch", "0", "--logdir", ""])
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--algo", "ppo", "--max-epoch", "0"], "max_epoch"),
+        (["--algo", "ppo", "--env", "NoSuchEnv-v0"], "env_id"),
+        (["--algo", "dqn", "--env", "Pendulum-v1"], "action_space"),
+        (["--algo", "ppo", "--device", "cuda"], "device"),
+        (["--algo", "ppo", "--seed", "-1"], "seed"),
+    ],
+)
+def test_bad_option_value_exits_2_before_training(
+    extra: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["train", *extra, "--logdir", ""])
     assert code == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "max_epoch" in err
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and fragment in captured.err
+    assert "Epoch" not in captured.out
 
 
 def test_short_run_writes_tensorboard_logs(tmp_path: Path) -> None:

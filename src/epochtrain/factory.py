@@ -155,6 +155,13 @@ def make_trainer(algo: str, env_id: str, *, seed: int = 0, **overrides: Any) -> 
     """
     if algo not in DEFAULTS:
         raise ValueError(f"algo must be one of {sorted(DEFAULTS)}, got {algo!r}")
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ValueError(
+            f"env_id {env_id!r} is not a registered gymnasium env ({exc}); "
+            "use an id such as 'CartPole-v1'"
+        ) from exc
     spec = DEFAULTS[algo]
     policy_names = _keyword_params(spec.policy_cls)
     trainer_names = _keyword_params(spec.trainer_cls)

@@ -21,6 +21,21 @@ from epochtrain.stats import TTrainingStats
 __all__ = ["ActResult", "Policy"]
 
 
+def _check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device``; ValueError if it is malformed or not available."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}"
+        ) from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available here: use device='cpu'")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r} but MPS is not available here: use device='cpu'")
+    return dev
+
+
 class Policy(nn.Module, Generic[TTrainingStats], ABC):
     """Abstract policy, generic in the training statistics its ``learn`` returns.
 
@@ -38,7 +53,7 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
-        self.device = torch.device(device)
+        self.device = _check_device(device)
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
 
     @abstractmethod
