@@ -51,7 +51,7 @@ class AlgoDefaults:
 DEFAULTS: dict[str, AlgoDefaults] = {
     # rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1: 8 envs x n_steps 32, batch 256,
     # 20 epochs, gamma 0.98, lambda 0.8, ent 0, lr 1e-3 and clip 0.2 linear over 1e5 steps.
-    # Evaluation every 2048 env steps as the peers' minimal PPO (research notes, baselines.md addendum).
+    # Evaluation every 2048 env steps, as the peers' minimal PPO (baselines.md addendum).
     "ppo": AlgoDefaults(
         policy_cls=PPO,
         trainer_cls=OnpolicyTrainer,
