@@ -6,7 +6,10 @@ Contenders, each on its own identically built vector env:
 
 * ``collector``: ``Collector`` with a ``ReplayBuffer`` attached (every transition written);
 * ``plain``: ``obs -> torch -> MLP (inference_mode) -> argmax -> numpy -> env.step``;
-* ``collector_nobuf``: ``Collector`` without a buffer (skip with ``--no-nobuf``).
+* ``collector_nobuf``: ``Collector`` without a buffer (skip with ``--no-nobuf``);
+* ``collector_dqn``: ``Collector`` with a buffer and the library's own ``DQN`` policy (2x64
+  ReLU Q-network) acting epsilon-greedily as in training, epsilon 0.04 (skip with
+  ``--no-dqn``).
 
 After an unmeasured warm-up, each round resets every contender's env with the same seed
 and has each make ``--transitions`` transitions, interleaved in ``--chunks`` alternating
@@ -35,6 +38,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
+from epochtrain.algorithms import DQN
 from epochtrain.data import Collector, Obs, ReplayBuffer
 from epochtrain.nets import MLP, flat_dim
 
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--capacity", type=int, default=100_000, help="buffer capacity")
     parser.add_argument("--no-nobuf", action="store_true", help="skip the collector_nobuf run")
+    parser.add_argument("--no-dqn", action="store_true", help="skip the collector_dqn run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="append JSON lines here")
     args = parser.parse_args(argv)
@@ -148,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     mode = AutoresetMode[args.autoreset.upper()]
-    envs = {name: make_env(args.num_envs, mode) for name in ("collector", "plain", "nobuf")}
+    names = ("collector", "plain", "nobuf", "dqn")
+    envs = {name: make_env(args.num_envs, mode) for name in names}
     action_space = envs["plain"].single_action_space
     assert isinstance(action_space, gym.spaces.Discrete)
     obs_dim = flat_dim(envs["plain"].single_observation_space)
@@ -164,6 +170,16 @@ def main(argv: list[str] | None = None) -> None:
         contenders["collector_nobuf"] = CollectorRun(
             Collector(actor, envs["nobuf"], exploration=False)
         )
+    if not args.no_dqn:
+        dqn = DQN(
+            envs["dqn"].single_observation_space,
+            action_space,
+            hidden=(64, 64),
+            epsilon_start=0.04,
+            epsilon_end=0.04,
+        )
+        dqn_buffer = ReplayBuffer(args.capacity, args.num_envs)
+        contenders["collector_dqn"] = CollectorRun(Collector(dqn, envs["dqn"], dqn_buffer))
 
     measure_round(contenders, args.warmup, 1, args.seed)
     rows: list[dict[str, Any]] = []
@@ -173,13 +189,17 @@ def main(argv: list[str] | None = None) -> None:
         row["ratio"] = row["collector"] / row["plain"]
         if "collector_nobuf" in row:
             row["ratio_nobuf"] = row["collector_nobuf"] / row["plain"]
+        if "collector_dqn" in row:
+            row["ratio_dqn"] = row["collector_dqn"] / row["plain"]
         rows.append(row)
         print(f"round {r + 1}/{args.rounds}: ratio {row['ratio']:.3f}", flush=True)
     for env in envs.values():
         env.close()
 
-    columns = [c for c in ("collector", "plain", "collector_nobuf") if c in contenders]
-    ratios = [c for c in ("ratio", "ratio_nobuf") if c in rows[0]]
+    columns = [
+        c for c in ("collector", "plain", "collector_nobuf", "collector_dqn") if c in contenders
+    ]
+    ratios = [c for c in ("ratio", "ratio_nobuf", "ratio_dqn") if c in rows[0]]
     print(
         f"\n{ENV_ID}, {args.num_envs} sync envs ({args.autoreset}), greedy 2x64 tanh MLP, "
         f"{args.transitions} transitions per contender per round in {args.chunks} "
