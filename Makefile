@@ -25,7 +25,7 @@ test: setup
 lint: setup
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/ruff format --check src tests examples benchmarks
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src tests/typing_checks.py
 
 bench: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/throughput.py

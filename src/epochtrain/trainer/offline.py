@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from epochtrain.algorithms.base import Policy
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer, check_positive_int
@@ -19,7 +20,14 @@ __all__ = ["OfflineTrainer"]
 class OfflineTrainer(BaseTrainer[TTrainingStats]):
     """Trainer for offline algorithms (BC, TD3+BC, CQL) on a fixed dataset ``buffer``."""
 
-    def __init__(self, *, buffer: ReplayBuffer, batch_size: int = 256, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        policy: Policy[TTrainingStats],
+        buffer: ReplayBuffer,
+        batch_size: int = 256,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(buffer, ReplayBuffer):
             raise TypeError(f"buffer must be a ReplayBuffer, got {type(buffer).__name__}")
         if buffer.n_valid == 0:
@@ -27,7 +35,7 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
                 "buffer is empty: fill it (e.g. ReplayBuffer.load(path)) before offline training"
             )
         check_positive_int("batch_size", batch_size)
-        super().__init__(**kwargs)
+        super().__init__(policy=policy, **kwargs)
         self.buffer = buffer
         self.batch_size = batch_size
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from epochtrain.algorithms.base import Policy
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import check_positive_int
 from epochtrain.trainer.online import OnlineTrainer
@@ -28,6 +29,7 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
     def __init__(
         self,
         *,
+        policy: Policy[TTrainingStats],
         update_per_step: float = 1.0,
         batch_size: int = 64,
         warmup_steps: int = 0,
@@ -40,7 +42,7 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         check_positive_int("batch_size", batch_size)
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
-        super().__init__(**kwargs)
+        super().__init__(policy=policy, **kwargs)
         self.update_per_step = float(update_per_step)
         self.batch_size = batch_size
         self.warmup_steps = warmup_steps

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from epochtrain.algorithms.base import Policy
 from epochtrain.data.collector import Collector
 from epochtrain.stats import TTrainingStats
 from epochtrain.trainer.base import BaseTrainer, check_positive_int
@@ -29,6 +30,7 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
     def __init__(
         self,
         *,
+        policy: Policy[TTrainingStats],
         train_collector: Collector,
         step_per_collect: int | None = None,
         episode_per_collect: int | None = None,
@@ -53,7 +55,7 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
             check_positive_int("step_per_collect", step_per_collect)
         if episode_per_collect is not None:
             check_positive_int("episode_per_collect", episode_per_collect)
-        super().__init__(**kwargs)
+        super().__init__(policy=policy, **kwargs)
         if train_collector.policy is not self.policy:
             raise ValueError("train_collector.policy must be the trainer's policy")
         if self.test_collector is not None and self.test_collector.policy is not self.policy:

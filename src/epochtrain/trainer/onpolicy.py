@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from epochtrain.algorithms.base import Policy
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import check_positive_int
 from epochtrain.trainer.online import OnlineTrainer
@@ -30,6 +31,7 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
     def __init__(
         self,
         *,
+        policy: Policy[TTrainingStats],
         repeat_per_collect: int = 1,
         batch_size: int | None = None,
         **kwargs: Any,
@@ -37,7 +39,7 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
         check_positive_int("repeat_per_collect", repeat_per_collect)
         if batch_size is not None:
             check_positive_int("batch_size", batch_size)
-        super().__init__(**kwargs)
+        super().__init__(policy=policy, **kwargs)
         buffer = self.train_collector.buffer
         assert buffer is not None
         if self.step_per_collect is not None:
