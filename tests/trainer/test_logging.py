@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
-from epochtrain.logger import BaseLogger, Scope
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from epochtrain.logger import BaseLogger, Scope, TensorboardLogger
 from tests.trainer.tiny import build
 
 
@@ -44,3 +47,15 @@ def test_smoothed_losses_reach_the_logger() -> None:
     values = [cycle[i % 3] for i in range(step) if i % 3 != 1]
     assert last["update/smoothed/loss"] == sum(values) / len(values)
     assert "update/loss" in last and "update/smoothed/loss/extra" in last
+
+
+def test_tensorboard_points_reach_disk_each_epoch_without_close(tmp_path: Path) -> None:
+    logger = TensorboardLogger(tmp_path, flush_secs=3600)
+    trainer = build("off", max_epoch=1, logger=logger)
+    trainer.run()  # the logger is deliberately not closed
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "test/returns_stat/mean" in tags and "info/env_step" in tags
+    assert [e.step for e in acc.Scalars("info/epoch")] == [1]
+    logger.close()

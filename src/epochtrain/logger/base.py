@@ -191,6 +191,9 @@ class BaseLogger(ABC):
             restored[scope] = value
         self._last_logged = restored
 
+    def flush(self) -> None:  # noqa: B027  # optional: loggers that buffer override it
+        """Write anything buffered to its destination now (the trainer calls it per epoch)."""
+
     def close(self) -> None:  # noqa: B027  # optional: loggers without resources skip it
         """Flush and release resources; safe to call more than once."""
 
@@ -276,6 +279,11 @@ class MultiLogger(BaseLogger):
             if not isinstance(sub_state, Mapping):
                 raise ValueError(f"MultiLogger sub-state must be a mapping, got {sub_state!r}")
             logger.load_state_dict(sub_state)
+
+    def flush(self) -> None:
+        """Flush every logger."""
+        for logger in self.loggers:
+            logger.flush()
 
     def close(self) -> None:
         """Close every logger."""

@@ -68,8 +68,9 @@ class TensorboardLogger(BaseLogger):
             self.writer.add_scalar(tag, value, global_step=step)
 
     def flush(self) -> None:
-        """Write buffered scalars to disk now."""
-        self.writer.flush()
+        """Write buffered scalars to disk now (no-op once closed)."""
+        if not self._closed:
+            self.writer.flush()
 
     def close(self) -> None:
         """Flush and close the event file; safe to call more than once."""

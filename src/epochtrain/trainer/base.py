@@ -235,6 +235,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self.total_time += time.perf_counter() - start
         stats.info_stat.total_time = self.total_time
         self.logger.log_info_data(stats.info_stat, self.epoch)
+        self.logger.flush()  # an epoch's curves reach disk even if the user never closes
         self._report(stats)
         return stats
 
