@@ -26,5 +26,7 @@ def test_demo_solves_cartpole_and_writes_tensorboard_logs(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr[-2000:]
     epoch_lines = [ln for ln in result.stdout.splitlines() if ln.startswith("Epoch #")]
     assert epoch_lines, result.stdout
-    assert "Mean test return: 500.0" in result.stdout or "(stop_fn)" in result.stdout
+    assert "Done (stop_fn)" in result.stdout  # stopped because it solved the task
+    mean = float(result.stdout.split("Mean test return: ")[1].split()[0])
+    assert mean >= 475
     assert list((tmp_path / "runs").rglob("events.out.tfevents.*"))
