@@ -15,6 +15,7 @@ from epochtrain.logger.base import (
     training_stats_to_tags,
 )
 from epochtrain.logger.csv import CSV_HEADER, CSVLogger
+from epochtrain.logger.file import LineFileLogger
 from epochtrain.logger.jsonl import JSONLLogger
 from epochtrain.logger.tensorboard import TensorboardLogger
 
@@ -25,6 +26,7 @@ __all__ = [
     "CSVLogger",
     "JSONLLogger",
     "LazyLogger",
+    "LineFileLogger",
     "MultiLogger",
     "Scope",
     "TensorboardLogger",

@@ -10,13 +10,10 @@ Every tag is documented in ``docs/logging.md``.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from types import TracebackType
-from typing import IO, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -289,74 +286,3 @@ class MultiLogger(BaseLogger):
         """Close every logger."""
         for logger in self.loggers:
             logger.close()
-
-
-def _check_log_path(name: str, path: object, suffix_hint: str) -> Path:
-    """Validate a log file path: a ``str``/``PathLike`` that is not a directory.
-
-    Missing parent directories are created. ``suffix_hint`` only appears in the error.
-    """
-    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
-        raise ValueError(f"{name} must be a non-empty str or os.PathLike, got {path!r}")
-    resolved = Path(path)
-    if resolved.is_dir():
-        raise ValueError(
-            f"{name} must be a file path (e.g. run{suffix_hint}), got directory {path!r}"
-        )
-    resolved.parent.mkdir(parents=True, exist_ok=True)
-    return resolved
-
-
-def _check_file_mode(mode: object) -> Literal["a", "w"]:
-    """Validate ``mode``: ``"a"`` appends to an existing file, ``"w"`` starts a new one."""
-    if mode == "a":
-        return "a"
-    if mode == "w":
-        return "w"
-    raise ValueError(f"mode must be 'a' (append) or 'w' (overwrite), got {mode!r}")
-
-
-def _open_log_file(path: Path, mode: Literal["a", "w"]) -> IO[str]:
-    """Open a line-based log for writing; in append mode drop a torn last line first.
-
-    A crash while a line was half written leaves it without its newline; cutting it off
-    keeps the file parseable once new lines are appended.
-    """
-    if mode == "a" and path.exists():
-        with path.open("rb+") as raw:
-            content = raw.read()
-            if content and not content.endswith(b"\n"):
-                raw.truncate(content.rfind(b"\n") + 1)
-    return path.open(mode, encoding="utf-8", newline="")
-
-
-def _rewrite_lines(path: Path, keep: Callable[[str], bool], header_lines: int = 0) -> None:
-    """Atomically rewrite ``path`` keeping its first ``header_lines`` and lines ``keep`` accepts."""
-    if not path.exists():
-        return
-    with path.open(encoding="utf-8", newline="") as f:
-        lines = f.read().splitlines(keepends=True)
-    kept = lines[:header_lines] + [line for line in lines[header_lines:] if keep(line)]
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
-
-
-def _logged_after_restore(logger: BaseLogger, scope: str, step: float) -> bool:
-    """Whether a file record of ``scope`` at ``step`` lies after ``logger``'s last logged step.
-
-    Such records were written by an interrupted run after its last checkpoint; the resumed
-    run writes them again, so the file loggers drop them on :meth:`BaseLogger.load_state_dict`.
-    Records of an unknown scope are kept.
-    """
-    for known in SCOPES:
-        if known == scope:
-            last = logger.last_logged_step(known)
-            return last is None or step > last
-    return False
-
-
-def _finite_or_none(value: float) -> float | None:
-    """``value``, or ``None`` for NaN and ±inf (strict JSON has no such numbers)."""
-    return value if math.isfinite(value) else None

@@ -13,17 +13,10 @@ import csv
 import io
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar
 
-from epochtrain.logger.base import (
-    BaseLogger,
-    Scope,
-    _check_file_mode,
-    _check_log_path,
-    _logged_after_restore,
-    _open_log_file,
-    _rewrite_lines,
-)
+from epochtrain.logger.base import Scope
+from epochtrain.logger.file import LineFileLogger
 
 __all__ = ["CSV_HEADER", "CSVLogger"]
 
@@ -33,7 +26,7 @@ CSV_HEADER: tuple[str, str, str, str] = ("scope", "step", "tag", "value")
 _HEADER_LINE = ",".join(CSV_HEADER)
 
 
-class CSVLogger(BaseLogger):
+class CSVLogger(LineFileLogger):
     """Append ``scope,step,tag,value`` rows to ``path``.
 
     :param path: the ``.csv`` file; missing parent directories are created.
@@ -49,22 +42,13 @@ class CSVLogger(BaseLogger):
     that was interrupted after its checkpoint), since the resumed run writes them again.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        mode: Literal["a", "w"] = "a",
-        train_interval: int = 1,
-        test_interval: int = 1,
-        update_interval: int = 1,
-        info_interval: int = 1,
-    ) -> None:
-        super().__init__(train_interval, test_interval, update_interval, info_interval)
-        self.path = _check_log_path("path", path, ".csv")
-        self.mode = _check_file_mode(mode)
-        if self.mode == "a":
-            _check_header(self.path)
-        self._file = _open_log_file(self.path, self.mode)
+    suffix: ClassVar[str] = ".csv"
+    header_lines: ClassVar[int] = 1
+
+    def _check_existing(self) -> None:
+        _check_header(self.path)
+
+    def _opened(self) -> None:
         self._writer = csv.writer(self._file, lineterminator="\n")
         if self._file.tell() == 0:
             self._writer.writerow(CSV_HEADER)
@@ -75,27 +59,14 @@ class CSVLogger(BaseLogger):
         self._writer.writerows((scope, step, tag, repr(float(v))) for tag, v in data.items())
         self._file.flush()
 
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore the last logged steps and drop the file's rows after them."""
-        super().load_state_dict(state)
-        self._file.close()
-        _rewrite_lines(self.path, self._keep_line, header_lines=1)
-        self._file = _open_log_file(self.path, "a")
-        self._writer = csv.writer(self._file, lineterminator="\n")
-
-    def _keep_line(self, line: str) -> bool:
+    def _scope_and_step(self, line: str) -> tuple[str, float] | None:
         row = next(csv.reader(io.StringIO(line)), [])
         if len(row) != len(CSV_HEADER):
-            return False
+            return None
         try:
-            step = float(row[1])
+            return row[0], float(row[1])
         except ValueError:
-            return False
-        return not _logged_after_restore(self, row[0], step)
-
-    def close(self) -> None:
-        """Close the file (it is already flushed)."""
-        self._file.close()
+            return None
 
 
 def _check_header(path: os.PathLike[str]) -> None:
