@@ -118,7 +118,8 @@ class TrainingStats:
 
     train_time: float = 0.0
     smoothed_loss: dict[str, float] = field(default_factory=dict)
-    n_gradient_steps: int = 0
+    n_gradient_steps: int = 1
+    """Gradient steps summarised: 1 for what ``learn`` returns, the sum once aggregated."""
 
     def loss_stats(self) -> dict[str, float]:
         """Flat ``{"loss/critic": mean, "approx_kl": mean, ...}`` of every summary field.

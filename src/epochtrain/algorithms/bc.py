@@ -119,4 +119,4 @@ class BC(Policy[BCTrainingStats]):
         opt.zero_grad(set_to_none=True)
         torch.autograd.backward(loss)
         opt.step()
-        return BCTrainingStats(loss=SequenceSummaryStats.single(loss.item()), n_gradient_steps=1)
+        return BCTrainingStats(loss=SequenceSummaryStats.single(loss.item()))

@@ -163,7 +163,6 @@ class DQN(Policy[DQNTrainingStats]):
             loss=SequenceSummaryStats.single(loss.item()),
             q_mean=SequenceSummaryStats.single(q.detach().mean().item()),
             epsilon=SequenceSummaryStats.single(self.epsilon),
-            n_gradient_steps=1,
         )
 
     def sync_target(self) -> None:

@@ -245,7 +245,6 @@ class PPO(Policy[PPOTrainingStats]):
             clip_fraction=single(clip_fraction.item()),
             explained_variance=single(explained),
             entropy=single(-loss_entropy.item()),
-            n_gradient_steps=1,
         )
 
     # ------------------------------------------------------------- persisting

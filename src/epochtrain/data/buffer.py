@@ -198,7 +198,7 @@ class ReplayBuffer:
         assert self._storage is not None
         s = self._storage
         extras = {k: fn(v) for k, v in s.items() if k in EXTRA_FIELDS}
-        return Batch(
+        batch = Batch(
             obs=_obs_index(s["obs"], fn),
             act=fn(s["act"]),
             rew=fn(s["rew"]),
@@ -206,7 +206,9 @@ class ReplayBuffer:
             truncated=fn(s["truncated"]),
             obs_next=_obs_index(s["obs_next"], fn),
             **extras,
-        ).to(self.device)
+        )
+        # storage lives in CPU memory: only another device needs a copy
+        return batch if self.device.type == "cpu" else batch.to(self.device)
 
     def sample(self, batch_size: int) -> Batch:
         """``batch_size`` transitions drawn uniformly (with replacement) from valid rows.
@@ -225,8 +227,8 @@ class ReplayBuffer:
         total = len(self)
         idx = torch.randint(total, (batch_size,))
         if self._n_invalid:
-            valid = self._storage["valid"].reshape(-1) if self._storage is not None else None
-            assert valid is not None
+            assert self._storage is not None
+            valid = self._storage["valid"].reshape(-1)
             bad = ~valid[idx]
             while bool(bad.any()):
                 idx[bad] = torch.randint(total, (int(bad.sum()),))

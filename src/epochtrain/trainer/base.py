@@ -301,7 +301,6 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         start = time.perf_counter()
         stats = self.policy.learn(batch)
         stats.train_time = time.perf_counter() - start
-        stats.n_gradient_steps = 1
         self.gradient_step += 1
         for key, value in stats.loss_stats().items():
             self._mov_avg[key].add(value)
