@@ -15,10 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["ALGOS", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
-ALGOS = ("dqn", "ppo")
-"""Algorithms the ``train`` command accepts."""
+
+def _algos() -> list[str]:
+    from epochtrain.factory import DEFAULTS
+
+    return sorted(DEFAULTS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train", help="train an algorithm on a gymnasium env", formatter_class=fmt
     )
-    train.add_argument("--algo", choices=ALGOS, required=True, help="algorithm to train")
+    train.add_argument("--algo", choices=_algos(), required=True, help="algorithm to train")
     train.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
     train.add_argument("--seed", type=int, default=0, help="seed of the run")
     train.add_argument(
@@ -58,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     train.add_argument("--quiet", action="store_true", help="do not print a line per epoch")
     train.add_argument("--device", default="cpu", help="torch device for the networks")
+    train.add_argument(
+        "--dataset",
+        default=None,
+        help="buffer file to learn from (offline algorithms: bc, td3bc, cql); "
+        "record one with `epochtrain collect`",
+    )
     return parser
 
 
@@ -81,8 +90,12 @@ def _train(args: argparse.Namespace) -> int:
         run_dir = Path(args.logdir) / f"{args.env}_{args.algo}_seed{args.seed}_{stamp}"
         overrides["logdir"] = str(run_dir)
     try:
+        if args.dataset is not None:
+            from epochtrain.data import ReplayBuffer
+
+            overrides["buffer"] = ReplayBuffer.load(args.dataset, device=args.device)
         trainer = make_trainer(args.algo, args.env, seed=args.seed, **overrides)
-    except (ValueError, TypeError) as exc:  # bad option values, found before any work
+    except (ValueError, TypeError, FileNotFoundError) as exc:  # found before any work
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
     info = trainer.run()

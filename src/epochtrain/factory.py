@@ -46,6 +46,8 @@ class AlgoDefaults:
     buffer_size: int | None
     policy: Mapping[str, Any] = field(default_factory=dict)
     trainer: Mapping[str, Any] = field(default_factory=dict)
+    per_env: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Tuned settings for one env id (any override name), applied over the above."""
 
 
 DEFAULTS: dict[str, AlgoDefaults] = {
@@ -171,9 +173,10 @@ def make_trainer(algo: str, env_id: str, *, seed: int = 0, **overrides: Any) -> 
         raise ValueError(
             f"unknown overrides {sorted(unknown)} for algo {algo!r}; allowed: {sorted(allowed)}"
         )
-    if algo == "bc" and "buffer" not in overrides:
+    overrides = {**spec.per_env.get(env_id, {}), **overrides}
+    if spec.trainer_cls is OfflineTrainer and "buffer" not in overrides:
         raise ValueError(
-            "algo 'bc' needs a dataset: pass buffer=ReplayBuffer filled with expert "
+            f"algo {algo!r} needs a dataset: pass buffer=ReplayBuffer filled with expert "
             "transitions (e.g. ReplayBuffer.load(path))"
         )
     policy_kw = {**spec.policy, **{k: v for k, v in overrides.items() if k in policy_names}}

@@ -7,9 +7,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from torch import Tensor, nn
 
-__all__ = ["MLP", "flat_dim"]
+__all__ = ["MLP", "flat_dim", "soft_update"]
 
 
 def flat_dim(space: gym.Space[Any]) -> int:
@@ -58,3 +59,12 @@ class MLP(nn.Module):
         """Apply the network to ``x`` flattened to ``[batch, in_dim]``."""
         out: Tensor = self.net(x.reshape(x.shape[0], self.in_dim).float())
         return out
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """Polyak update ``target <- (1 - tau) * target + tau * online`` (``tau=1``: copy)."""
+    for t, o in zip(target.parameters(), online.parameters(), strict=True):
+        t.lerp_(o, tau)
+    for tb, ob in zip(target.buffers(), online.buffers(), strict=True):
+        tb.copy_(ob)

@@ -9,7 +9,8 @@ travel in its ``state_dict`` (through ``get_extra_state``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Generic
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic
 
 import gymnasium as gym
 import torch
@@ -18,7 +19,13 @@ from torch import Tensor, nn
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.stats import TTrainingStats
 
-__all__ = ["ActResult", "Policy"]
+if TYPE_CHECKING:
+    from epochtrain.data.buffer import ReplayBuffer
+
+__all__ = ["ActResult", "OptimizerHook", "Policy"]
+
+OptimizerHook = Callable[[str, torch.optim.Optimizer], None]
+"""``hook(optimizer_name, optimizer)``: runs after ``backward`` and before ``step``."""
 
 
 def _check_device(device: str | torch.device) -> torch.device:
@@ -55,6 +62,8 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         self.action_space = action_space
         self.device = _check_device(device)
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.optimizer_hooks: list[OptimizerHook] = []
+        """Called by :meth:`optimize` between ``backward`` and ``step`` (e.g. GradClip)."""
 
     @abstractmethod
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
@@ -70,6 +79,46 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
 
     def set_progress(self, env_step: int) -> None:
         """Tell the policy how many env steps have been collected (drives schedules)."""
+
+    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
+        """Prepare a minibatch sampled from ``buffer`` (e.g. n-step targets); default: as is.
+
+        ``batch.index`` holds the flat buffer indices of the sampled transitions.
+        """
+        return batch
+
+    def post_learn(self, batch: Batch, buffer: ReplayBuffer) -> None:
+        """Called after each :meth:`learn` on a sampled minibatch (e.g. priority updates)."""
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """``(online, target)`` network pairs, for target updates by hooks; default none."""
+        return []
+
+    def optimize(
+        self,
+        name: str,
+        loss: Tensor,
+        *,
+        max_grad_norm: float | None = None,
+        params: Iterable[nn.Parameter] | None = None,
+    ) -> None:
+        """One optimizer step of ``self.optimizers[name]`` on ``loss``.
+
+        ``zero_grad`` → ``backward`` → optional clipping of the gradient norm of ``params``
+        (default: the optimizer's parameters) to ``max_grad_norm`` → the
+        :attr:`optimizer_hooks` → ``step``. Every algorithm steps through here, so hooks
+        see every optimizer step.
+        """
+        opt = self.optimizers[name]
+        opt.zero_grad(set_to_none=True)
+        torch.autograd.backward(loss)
+        if max_grad_norm is not None:
+            if params is None:
+                params = [p for group in opt.param_groups for p in group["params"]]
+            nn.utils.clip_grad_norm_(params, max_grad_norm)
+        for hook in self.optimizer_hooks:
+            hook(name, opt)
+        opt.step()
 
     def get_extra_state(self) -> dict[str, Any]:
         """Optimizer states, so that ``state_dict`` carries them."""

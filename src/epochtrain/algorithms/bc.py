@@ -115,8 +115,5 @@ class BC(Policy[BCTrainingStats]):
         else:
             target = batch.act.to(out.dtype).reshape(out.shape)
             loss = F.mse_loss(self.squash(out), target)
-        opt = self.optimizers["net"]
-        opt.zero_grad(set_to_none=True)
-        torch.autograd.backward(loss)
-        opt.step()
+        self.optimize("net", loss)
         return BCTrainingStats(loss=SequenceSummaryStats.single(loss.item()))

@@ -150,12 +150,7 @@ class DQN(Policy[DQNTrainingStats]):
         q_all = self.q_net(_tensor(batch.obs))
         q = q_all.gather(-1, batch.act.long().reshape(-1, 1)).squeeze(-1)
         loss = F.smooth_l1_loss(q, target)
-        opt = self.optimizers["q"]
-        opt.zero_grad(set_to_none=True)
-        torch.autograd.backward(loss)
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
-        opt.step()
+        self.optimize("q", loss, max_grad_norm=self.max_grad_norm)
         self.n_updates += 1
         if self.n_updates % self.target_update_freq == 0:
             self.sync_target()
@@ -164,6 +159,10 @@ class DQN(Policy[DQNTrainingStats]):
             q_mean=SequenceSummaryStats.single(q.detach().mean().item()),
             epsilon=SequenceSummaryStats.single(self.epsilon),
         )
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """The Q network and its target network."""
+        return [(self.q_net, self.target_net)]
 
     def sync_target(self) -> None:
         """Copy the online network's weights into the target network (hard update)."""

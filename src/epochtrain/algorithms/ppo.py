@@ -221,14 +221,7 @@ class PPO(Policy[PPOTrainingStats]):
         loss_critic = F.mse_loss(value, ret)
         loss_entropy = -entropy.mean()
         loss = loss_actor + self.vf_coef * loss_critic + self.ent_coef * loss_entropy
-        opt = self.optimizers["ppo"]
-        opt.zero_grad(set_to_none=True)
-        torch.autograd.backward(loss)
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(
-                [p for g in opt.param_groups for p in g["params"]], self.max_grad_norm
-            )
-        opt.step()
+        self.optimize("ppo", loss, max_grad_norm=self.max_grad_norm)
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()
             clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()

@@ -56,6 +56,8 @@ class Batch:
     ret: Tensor | None = None
     weight: Tensor | None = None
     valid: Tensor | None = None
+    index: Tensor | None = None
+    """Flat buffer indices (``time * num_envs + env``) of sampled transitions."""
 
     def __len__(self) -> int:
         return int(self.rew.shape[0])
@@ -84,6 +86,7 @@ class Batch:
             ret=opt(self.ret),
             weight=opt(self.weight),
             valid=opt(self.valid),
+            index=opt(self.index),
         )
 
     def __getitem__(self, index: Tensor | slice | int) -> Batch:

@@ -236,8 +236,10 @@ class ReplayBuffer:
         return idx
 
     def get(self, flat_index: Tensor) -> Batch:
-        """The transitions at flat indices ``time * num_envs + env``."""
-        return self._batch(lambda t: t.reshape(-1, *t.shape[2:])[flat_index])
+        """The transitions at flat indices ``time * num_envs + env`` (kept in ``index``)."""
+        batch = self._batch(lambda t: t.reshape(-1, *t.shape[2:])[flat_index])
+        batch.index = flat_index
+        return batch
 
     def rollout(self) -> Batch:
         """Every stored transition shaped ``[time, env]``, oldest row first."""

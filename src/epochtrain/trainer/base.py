@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from epochtrain.algorithms.base import Policy
 from epochtrain.data.batch import Batch
+from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.logger import BaseLogger, LazyLogger
 from epochtrain.stats import (
@@ -305,6 +306,16 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         for key, value in stats.loss_stats().items():
             self._mov_avg[key].add(value)
         self._pending_steps.append(stats)
+
+    def _learn_sampled(self, buffer: ReplayBuffer, batch_size: int) -> None:
+        """One gradient step on a minibatch sampled from ``buffer``.
+
+        The policy prepares the sample (``process_sample``: n-step targets, ...) and sees
+        it again after learning (``post_learn``: priority updates, ...).
+        """
+        batch = self.policy.process_sample(buffer.sample(batch_size), buffer)
+        self._learn(batch)
+        self.policy.post_learn(batch, buffer)
 
     def _finish_update(self, update_time: float) -> TTrainingStats | None:
         """Aggregate the gradient steps of this update step, log them, return them."""

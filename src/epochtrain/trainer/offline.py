@@ -48,5 +48,5 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
         """One gradient step on a sampled minibatch."""
         start = time.perf_counter()
-        self._learn(self.buffer.sample(self.batch_size))
+        self._learn_sampled(self.buffer, self.batch_size)
         return self._finish_update(time.perf_counter() - start)

@@ -64,5 +64,5 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         buffer = self.train_collector.buffer
         assert buffer is not None
         for _ in range(round(self.update_per_step * collect_stats.n_collected_steps)):
-            self._learn(buffer.sample(self.batch_size))
+            self._learn_sampled(buffer, self.batch_size)
         return self._finish_update(time.perf_counter() - start)
