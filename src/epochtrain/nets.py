@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["MLP", "flat_dim", "soft_update"]
+__all__ = ["MLP", "QCritic", "box_bounds", "flat_dim", "soft_update"]
 
 
 def flat_dim(space: gym.Space[Any]) -> int:
@@ -68,3 +68,43 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
         t.lerp_(o, tau)
     for tb, ob in zip(target.buffers(), online.buffers(), strict=True):
         tb.copy_(ob)
+
+
+def box_bounds(space: gym.Space[Any]) -> tuple[Tensor, Tensor]:
+    """``(center, half_range)`` of a 1-d Box with finite bounds, as float32 tensors.
+
+    A tanh output ``u`` in (-1, 1) maps to the action ``center + half_range * u``.
+    """
+    if not (
+        isinstance(space, gym.spaces.Box)
+        and len(space.shape) == 1
+        and bool(np.all(np.isfinite(space.low)))
+        and bool(np.all(np.isfinite(space.high)))
+    ):
+        raise ValueError(
+            f"action_space must be a 1-d gymnasium.spaces.Box with finite bounds, got {space!r}"
+        )
+    low = torch.as_tensor(space.low, dtype=torch.float32)
+    high = torch.as_tensor(space.high, dtype=torch.float32)
+    return (high + low) / 2, (high - low) / 2
+
+
+class QCritic(nn.Module):
+    """State-action value ``Q(obs, act)``: an MLP on the concatenated inputs -> ``[batch]``."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.net = MLP(obs_dim + act_dim, 1, hidden, activation)
+
+    def forward(self, obs: Tensor, act: Tensor) -> Tensor:
+        """Q-values of ``act`` at ``obs``, shaped ``[batch]``."""
+        flat_obs = obs.reshape(obs.shape[0], self.obs_dim).float()
+        q: Tensor = self.net(torch.cat([flat_obs, act.float()], dim=-1)).squeeze(-1)
+        return q
