@@ -67,7 +67,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="buffer file to learn from (offline algorithms: bc, td3bc, cql); "
         "record one with `epochtrain collect`",
     )
+    _add_collect_parser(sub, fmt)
     return parser
+
+
+def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    collect = sub.add_parser(
+        "collect",
+        help="record a dataset from a policy into a buffer file for offline training",
+        formatter_class=fmt,
+    )
+    collect.add_argument("--env", required=True, help="gymnasium env id")
+    collect.add_argument("--steps", type=int, required=True, help="env steps to record")
+    collect.add_argument("--out", required=True, help="buffer file to write (plus OUT.json)")
+    source = collect.add_mutually_exclusive_group(required=True)
+    source.add_argument("--algo", choices=_algos(), help="train this algorithm first, then record")
+    source.add_argument("--random", action="store_true", help="record uniform random actions")
+    collect.add_argument(
+        "--train-steps",
+        type=int,
+        default=None,
+        help="with --algo: train for at most this many env steps",
+    )
+    collect.add_argument(
+        "--train-until",
+        type=float,
+        default=None,
+        help="with --algo: stop training once the mean test return reaches this "
+        "(a 'medium' policy for D4RL-style datasets)",
+    )
+    collect.add_argument("--seed", type=int, default=0, help="seed of training and recording")
+    collect.add_argument("--num-envs", type=int, default=1, help="envs recorded in parallel")
+    collect.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="record the policy's deterministic actions (default: with its exploration)",
+    )
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -112,12 +147,68 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _collect_policy(args: argparse.Namespace) -> tuple[Any, str]:
+    """The policy to record and its description (trains it first with ``--algo``)."""
+    if args.random:
+        return None, "random"
+    from epochtrain.factory import make_trainer
+
+    if args.train_steps is None and args.train_until is None:
+        raise ValueError("--algo needs --train-steps and/or --train-until to say how long to train")
+    overrides: dict[str, Any] = {"show_progress": False, "max_epoch": 10**9}
+    until = args.train_until
+    overrides["stop_fn"] = None if until is None else (lambda best: best >= until)
+    trainer = make_trainer(args.algo, args.env, seed=args.seed, **overrides)
+    for _ in trainer:
+        if args.train_steps is not None and trainer.env_step >= args.train_steps:
+            break
+    best = trainer.best_test_return
+    print(
+        f"trained {args.algo} for {trainer.env_step} env steps "
+        f"(best test return {best:.1f}, stop: {trainer.stop_reason or 'train-steps'})"
+    )
+    return trainer.policy, f"{args.algo} trained {trainer.env_step} env steps (best {best:.1f})"
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from epochtrain.dataset import record_dataset
+
+    try:
+        for name in ("steps", "num_envs", "train_steps"):
+            value = getattr(args, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if args.algo is None and (args.train_steps is not None or args.train_until is not None):
+            raise ValueError("--train-steps and --train-until need --algo")
+        policy, description = _collect_policy(args)
+        info = record_dataset(
+            policy,
+            args.env,
+            args.steps,
+            args.out,
+            seed=args.seed,
+            num_envs=args.num_envs,
+            deterministic=args.deterministic,
+            policy_name=description,
+        )
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"Recorded {info.n_steps} env steps ({info.n_episodes} episodes, return "
+        f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {info.path} (+ .json)"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "train":
         return _train(args)
+    if args.command == "collect":
+        return _collect(args)
     parser.error(f"unknown command {args.command!r}")
 
 

@@ -16,18 +16,29 @@ import gymnasium as gym
 import torch
 from gymnasium.vector import AutoresetMode
 
-from epochtrain.algorithms import BC, DQN, PPO, Policy
-from epochtrain.data import Collector, ReplayBuffer
+from epochtrain.algorithms import A2C, BC, DDPG, DQN, PG, PPO, SAC, TD3, TD3BC, Policy
+from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.trainer import BaseTrainer, OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 
-__all__ = ["DEFAULTS", "FACTORY_PARAMS", "AlgoDefaults", "make_trainer"]
+__all__ = ["DEFAULTS", "FACTORY_PARAMS", "AlgoDefaults", "make_envs", "make_trainer"]
 
-FACTORY_PARAMS = ("num_envs", "num_test_envs", "buffer_size", "logdir")
+FACTORY_PARAMS = (
+    "num_envs",
+    "num_test_envs",
+    "buffer_size",
+    "logdir",
+    "prioritized_replay",
+    "priority_alpha",
+    "priority_beta",
+)
 """Overrides the factory itself consumes (besides every policy and trainer parameter).
 
 ``num_envs``: training envs; ``num_test_envs``: test envs; ``buffer_size``: replay or
 rollout buffer capacity in transitions (on-policy: ``None`` = one rollout); ``logdir``:
-write TensorBoard logs there (ignored when ``logger`` is given).
+write TensorBoard logs there (ignored when ``logger`` is given); ``prioritized_replay``
+(off-policy only, default False): a :class:`PrioritizedReplayBuffer` with
+``alpha=priority_alpha`` (0.6) and ``beta=priority_beta`` (0.4) annealed to 1 over the
+run's ``max_epoch * step_per_epoch`` env steps.
 """
 
 # Parameters the factory builds itself; they cannot be overridden by name.
@@ -50,6 +61,16 @@ class AlgoDefaults:
     """Tuned settings for one env id (any override name), applied over the above."""
 
 
+_DETERMINISTIC_AC_PENDULUM: dict[str, Any] = {
+    "actor_lr": 1e-3,
+    "critic_lr": 1e-3,
+    "gamma": 0.98,
+    "buffer_size": 200_000,
+    "max_epoch": 20,
+    "step_per_epoch": 1000,
+}
+"""DDPG and TD3 on Pendulum-v1: rl-baselines3-zoo td3.yml / ddpg.yml, 20 epochs of 1000."""
+
 DEFAULTS: dict[str, AlgoDefaults] = {
     # rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1: 8 envs x n_steps 32, batch 256,
     # 20 epochs, gamma 0.98, lambda 0.8, ent 0, lr 1e-3 and clip 0.2 linear over 1e5 steps.
@@ -68,6 +89,39 @@ DEFAULTS: dict[str, AlgoDefaults] = {
             "batch_size": 256,
         },
     ),
+    # rl-baselines3-zoo hyperparams/a2c.yml, CartPole-v1: 8 envs, ent_coef 0, SB3's A2C
+    # defaults (n_steps 5, gamma 0.99, gae_lambda 1, lr 7e-4, RMSprop alpha 0.99 eps 1e-5,
+    # vf_coef 0.5, max_grad_norm 0.5): one gradient step per 8 x 5 rollout.
+    "a2c": AlgoDefaults(
+        policy_cls=A2C,
+        trainer_cls=OnpolicyTrainer,
+        num_envs=8,
+        buffer_size=None,
+        policy={},  # A2C's own defaults are SB3's
+        trainer={
+            "max_epoch": 20,
+            "step_per_epoch": 10_000,
+            "step_per_collect": 40,
+            "repeat_per_collect": 1,
+            "batch_size": None,
+        },
+    ),
+    # REINFORCE with a learned baseline and normalised advantages (Tianshou's PG example
+    # normalises returns too); one gradient step per rollout of 8 envs x 250 steps.
+    "pg": AlgoDefaults(
+        policy_cls=PG,
+        trainer_cls=OnpolicyTrainer,
+        num_envs=8,
+        buffer_size=None,
+        policy={},
+        trainer={
+            "max_epoch": 20,
+            "step_per_epoch": 10_000,
+            "step_per_collect": 2000,
+            "repeat_per_collect": 1,
+            "batch_size": None,
+        },
+    ),
     # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1: lr 2.3e-3, batch 64, buffer 1e5,
     # 1000 warm-up steps, gamma 0.99, 128 gradient steps every 256 env steps with the target
     # synced once per such round, epsilon 1 -> 0.04 over 8000 steps. Changed for speed on
@@ -77,7 +131,10 @@ DEFAULTS: dict[str, AlgoDefaults] = {
         trainer_cls=OffpolicyTrainer,
         num_envs=1,
         buffer_size=100_000,
-        policy={},  # DQN's own defaults are the settings above
+        # DQN's own defaults are the settings above; n-step, dueling and prioritized
+        # replay (factory param) stay off: on CartPole-v1 they did not beat the plain
+        # version within 50k env steps over 5 seeds (docs/benchmarks.md).
+        policy={"n_step": 1, "dueling": False},
         trainer={
             "max_epoch": 50,
             "step_per_epoch": 2048,
@@ -86,6 +143,83 @@ DEFAULTS: dict[str, AlgoDefaults] = {
             "batch_size": 64,
             "warmup_steps": 1000,
         },
+    ),
+    # SAC: the paper's settings (lr 3e-4, 256x256 nets, batch 256, tau 0.005, gamma 0.99,
+    # one gradient step per env step, automatic entropy tuning from alpha 1 as SB3).
+    # Pendulum-v1: rl-baselines3-zoo hyperparams/sac.yml (lr 1e-3; learning_starts 1000
+    # instead of the zoo's 10000 to fit a 20k-step budget).
+    "sac": AlgoDefaults(
+        policy_cls=SAC,
+        trainer_cls=OffpolicyTrainer,
+        num_envs=1,
+        buffer_size=1_000_000,
+        policy={},  # SAC's own defaults are the paper's
+        trainer={
+            "max_epoch": 20,
+            "step_per_epoch": 5000,
+            "step_per_collect": 1,
+            "update_per_step": 1.0,
+            "batch_size": 256,
+            "warmup_steps": 1000,
+        },
+        per_env={
+            "Pendulum-v1": {
+                "actor_lr": 1e-3,
+                "critic_lr": 1e-3,
+                "alpha_lr": 1e-3,
+                "max_epoch": 20,
+                "step_per_epoch": 1000,
+            },
+        },
+    ),
+    # TD3: the paper's settings (Fujimoto et al. 2018, revised code: lr 3e-4, 256x256 nets,
+    # batch 256, tau 0.005, gamma 0.99, exploration noise 0.1, policy noise 0.2 clipped at
+    # 0.5, policy delay 2), one gradient step per env step. Pendulum-v1: rl-baselines3-zoo
+    # hyperparams/td3.yml (lr 1e-3, gamma 0.98, buffer 2e5, noise 0.1; learning_starts 1000
+    # instead of the zoo's 10000 to fit a 20k-step budget; 256x256 instead of 400x300).
+    "td3": AlgoDefaults(
+        policy_cls=TD3,
+        trainer_cls=OffpolicyTrainer,
+        num_envs=1,
+        buffer_size=1_000_000,
+        policy={},  # TD3's own defaults are the paper's
+        trainer={
+            "max_epoch": 20,
+            "step_per_epoch": 5000,
+            "step_per_collect": 1,
+            "update_per_step": 1.0,
+            "batch_size": 256,
+            "warmup_steps": 1000,
+        },
+        per_env={"Pendulum-v1": {**_DETERMINISTIC_AC_PENDULUM}},
+    ),
+    # DDPG: the TD3 paper's "our DDPG" (Gaussian exploration noise 0.1, no batch norm) with
+    # the TD3 settings above. Pendulum-v1: rl-baselines3-zoo hyperparams/ddpg.yml (as TD3).
+    "ddpg": AlgoDefaults(
+        policy_cls=DDPG,
+        trainer_cls=OffpolicyTrainer,
+        num_envs=1,
+        buffer_size=1_000_000,
+        policy={},  # DDPG's own defaults are those of the TD3 paper
+        trainer={
+            "max_epoch": 20,
+            "step_per_epoch": 5000,
+            "step_per_collect": 1,
+            "update_per_step": 1.0,
+            "batch_size": 256,
+            "warmup_steps": 1000,
+        },
+        per_env={"Pendulum-v1": {**_DETERMINISTIC_AC_PENDULUM}},
+    ),
+    # TD3+BC on a given dataset (``buffer=``): the paper's settings (Fujimoto & Gu 2021:
+    # alpha 2.5, state normalisation, lr 3e-4, batch 256, the TD3 noise and delay).
+    "td3bc": AlgoDefaults(
+        policy_cls=TD3BC,
+        trainer_cls=OfflineTrainer,
+        num_envs=0,
+        buffer_size=None,
+        policy={},  # TD3BC's own defaults are the paper's
+        trainer={"max_epoch": 20, "step_per_epoch": 1000, "batch_size": 256},
     ),
     # Behaviour cloning on a given dataset (``buffer=``): 1000 gradient steps per epoch.
     "bc": AlgoDefaults(
@@ -118,7 +252,8 @@ def _keyword_params(cls: type) -> set[str]:
     return names - _BUILT
 
 
-def _make_envs(env_id: str, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
+def make_envs(env_id: str, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
+    """``num_envs`` copies of ``env_id`` in a SyncVectorEnv with SAME_STEP autoreset."""
     envs: gym.vector.VectorEnv[Any, Any, Any] = gym.make_vec(
         env_id,
         num_envs=num_envs,
@@ -165,6 +300,13 @@ def make_trainer(algo: str, env_id: str, *, seed: int = 0, **overrides: Any) -> 
             "use an id such as 'CartPole-v1'"
         ) from exc
     spec = DEFAULTS[algo]
+    if overrides.get("prioritized_replay", False) and not issubclass(
+        spec.trainer_cls, OffpolicyTrainer
+    ):
+        raise ValueError(
+            f"prioritized_replay=True needs an off-policy algorithm (one that samples "
+            f"minibatches from a replay buffer such as 'dqn'), got algo={algo!r}"
+        )
     policy_names = _keyword_params(spec.policy_cls)
     trainer_names = _keyword_params(spec.trainer_cls)
     allowed = policy_names | trainer_names | set(FACTORY_PARAMS)
@@ -186,7 +328,7 @@ def make_trainer(algo: str, env_id: str, *, seed: int = 0, **overrides: Any) -> 
     num_envs = int(overrides.get("num_envs", spec.num_envs))
     num_test_envs = int(overrides.get("num_test_envs", 10))
 
-    test_envs = _make_envs(env_id, num_test_envs)
+    test_envs = make_envs(env_id, num_test_envs)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         policy = spec.policy_cls(
@@ -206,11 +348,27 @@ def make_trainer(algo: str, env_id: str, *, seed: int = 0, **overrides: Any) -> 
                     "size a rollout buffer for a number of episodes"
                 )
             capacity = -(-int(trainer_kw["step_per_collect"]) // num_envs) * num_envs
-        train_envs = _make_envs(env_id, num_envs)
-        buffer = ReplayBuffer(int(capacity), num_envs)
+        train_envs = make_envs(env_id, num_envs)
+        buffer = _make_buffer(int(capacity), num_envs, overrides, trainer_kw)
         trainer_kw["train_collector"] = Collector(policy, train_envs, buffer)
     trainer: BaseTrainer[Any] = spec.trainer_cls(policy=policy, seed=seed, **trainer_kw)
     return trainer
+
+
+def _make_buffer(
+    capacity: int, num_envs: int, overrides: Mapping[str, Any], trainer_kw: Mapping[str, Any]
+) -> ReplayBuffer:
+    """The training buffer: uniform, or prioritized when ``prioritized_replay`` is set."""
+    if not overrides.get("prioritized_replay", False):
+        return ReplayBuffer(capacity, num_envs)
+    run_steps = int(trainer_kw.get("max_epoch", 1)) * int(trainer_kw["step_per_epoch"])
+    return PrioritizedReplayBuffer(
+        capacity,
+        num_envs,
+        alpha=float(overrides.get("priority_alpha", 0.6)),
+        beta=float(overrides.get("priority_beta", 0.4)),
+        beta_anneal_steps=run_steps,
+    )
 
 
 def _make_logger(logdir: str | None) -> Any:

@@ -1,0 +1,146 @@
+"""Recording offline datasets: run a policy in an env and save its transitions to a file.
+
+:func:`record_dataset` steps ``num_envs`` copies of a gymnasium env with a policy (or
+uniform random actions), writes every transition into a :class:`ReplayBuffer` and saves it
+with :meth:`ReplayBuffer.save`, the format :meth:`ReplayBuffer.load` and the offline
+trainer read. Beside the buffer file it writes ``<file>.json``, a sidecar that says how the
+data was made and how well the recording policy did (its episode returns). Both files are
+written to a temporary name and renamed, so an interrupted recording leaves nothing
+half-written. ``epochtrain collect`` is the command-line face of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data import Collector, ReplayBuffer
+from epochtrain.data.batch import ActResult, Obs
+
+__all__ = ["DatasetInfo", "record_dataset"]
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What :func:`record_dataset` wrote, as stored in the ``.json`` sidecar."""
+
+    path: str
+    env_id: str
+    n_steps: int
+    num_envs: int
+    seed: int
+    policy: str
+    deterministic: bool
+    n_episodes: int
+    return_mean: float
+    return_std: float
+    return_min: float
+    return_max: float
+    seconds: float
+
+
+class _RandomActor:
+    """Uniform random actions from the env's action space (the collector's Actor protocol)."""
+
+    def __init__(self, env: gym.vector.VectorEnv[Any, Any, Any]) -> None:
+        self.action_space = env.action_space
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        return torch.as_tensor(self.action_space.sample()), {}
+
+    def to_tensor(self, obs: Obs) -> Obs:
+        return obs
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def record_dataset(
+    policy: Policy[Any] | None,
+    env_id: str,
+    n_steps: int,
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    num_envs: int = 1,
+    deterministic: bool = False,
+    policy_name: str | None = None,
+) -> DatasetInfo:
+    """Record ``n_steps`` env steps of ``policy`` (``None``: random actions) into ``path``.
+
+    ``deterministic=False`` keeps the policy's own exploration (as D4RL's datasets do);
+    ``True`` records its deterministic actions. The run is seeded by ``seed`` and does
+    not touch the caller's random state. Returns the :class:`DatasetInfo` that is also
+    written to ``<path>.json``; the returns are those of the episodes that ended.
+    """
+    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+        raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if policy is not None and not isinstance(policy, Policy):
+        raise TypeError(f"policy must be an epochtrain Policy or None, got {type(policy)}")
+    from epochtrain.factory import make_envs
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    envs = make_envs(env_id, num_envs)
+    rows = math.ceil(n_steps / num_envs)
+    buffer = ReplayBuffer(rows * num_envs, num_envs)
+    actor = policy if policy is not None else _RandomActor(envs)
+    collector = Collector(actor, envs, buffer, exploration=not deterministic)
+    start = time.perf_counter()
+    saved_numpy = np.random.get_state()
+    try:
+        with torch.random.fork_rng():
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+            envs.action_space.seed(seed)
+            collector.reset(seed=seed)
+            stat = collector.collect(n_step=n_steps)
+    finally:
+        np.random.set_state(saved_numpy)
+        envs.close()
+    returns = np.asarray(stat.returns, dtype=np.float64)
+    if len(returns) == 0:
+        raise ValueError(
+            f"no episode of {env_id} ended within n_steps={n_steps}: record more steps so "
+            "that the dataset policy's return can be measured"
+        )
+    buffer.save(out)
+    info = DatasetInfo(
+        path=str(out),
+        env_id=env_id,
+        n_steps=stat.n_collected_steps,
+        num_envs=num_envs,
+        seed=seed,
+        policy=policy_name or ("random" if policy is None else type(policy).__name__),
+        deterministic=deterministic,
+        n_episodes=len(returns),
+        return_mean=float(returns.mean()),
+        return_std=float(returns.std()),
+        return_min=float(returns.min()),
+        return_max=float(returns.max()),
+        seconds=round(time.perf_counter() - start, 3),
+    )
+    _write_json_atomic(out.with_name(out.name + ".json"), asdict(info))
+    return info

@@ -1,0 +1,127 @@
+"""record_dataset and `epochtrain collect`: datasets the offline trainers can read."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from epochtrain.cli import main
+from epochtrain.data import ReplayBuffer
+from epochtrain.dataset import record_dataset
+
+
+def episode_returns(buffer: ReplayBuffer) -> list[float]:
+    """Returns of the episodes that end in a one-env buffer, summed from its rows."""
+    batch = buffer.rollout()
+    returns, total = [], 0.0
+    for rew, done in zip(batch.rew[:, 0].tolist(), batch.done[:, 0].tolist(), strict=True):
+        total += rew
+        if done:
+            returns.append(total)
+            total = 0.0
+    return returns
+
+
+def test_random_dataset_round_trips_and_its_sidecar_tells_the_truth(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "cartpole.buf"
+    info = record_dataset(None, "CartPole-v1", 600, path, seed=3)
+    buffer = ReplayBuffer.load(path)
+    assert buffer.n_valid == 600 == info.n_steps
+    returns = episode_returns(buffer)
+    assert info.n_episodes == len(returns) > 5
+    assert info.return_mean == pytest.approx(np.mean(returns))
+    assert info.return_max == max(returns)
+    sidecar = json.loads(path.with_name("cartpole.buf.json").read_text())
+    assert sidecar["return_mean"] == info.return_mean and sidecar["policy"] == "random"
+    assert not list(path.parent.glob("*.tmp"))  # written atomically, nothing left over
+
+
+def test_same_seed_gives_the_same_data_and_leaves_global_rng_alone(tmp_path: Path) -> None:
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    before = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    record_dataset(None, "CartPole-v1", 300, tmp_path / "a.buf", seed=5)
+    after = (random.random(), np.random.rand(), torch.rand(1).item())
+    assert before == after
+    record_dataset(None, "CartPole-v1", 300, tmp_path / "b.buf", seed=5)
+    record_dataset(None, "CartPole-v1", 300, tmp_path / "c.buf", seed=6)
+    a, b, c = (ReplayBuffer.load(tmp_path / f"{n}.buf").rollout() for n in "abc")
+    assert torch.equal(a.act, b.act) and a.rew.tolist() == b.rew.tolist()
+    assert not torch.equal(a.act, c.act)
+
+
+def test_dataset_of_a_policy_uses_its_actions(tmp_path: Path) -> None:
+    from epochtrain.factory import make_trainer
+
+    policy = make_trainer("ppo", "CartPole-v1", seed=0).policy
+    info = record_dataset(policy, "CartPole-v1", 400, tmp_path / "p.buf", deterministic=True)
+    buffer = ReplayBuffer.load(tmp_path / "p.buf")
+    batch = buffer.rollout().flatten()
+    greedy, _ = policy.act(batch.obs, deterministic=True)
+    assert torch.equal(greedy, batch.act)
+    assert info.policy == "PPO" and info.deterministic
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"n_steps": 0}, "n_steps"), ({"num_envs": 0}, "num_envs"), ({"n_steps": 5}, "no episode")],
+)
+def test_bad_arguments_are_refused_before_writing(
+    tmp_path: Path, kwargs: dict[str, int], match: str
+) -> None:
+    args = {"n_steps": 100, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        record_dataset(None, "CartPole-v1", args.pop("n_steps"), tmp_path / "x.buf", **args)
+    assert not (tmp_path / "x.buf").exists()
+
+
+def test_collect_command_records_and_train_reads_the_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "expert.buf"
+    argv = ["collect", "--env", "CartPole-v1", "--random", "--steps", "500", "--out", str(out)]
+    assert main(argv) == 0
+    assert "Recorded 500 env steps" in capsys.readouterr().out
+    assert ReplayBuffer.load(out).n_valid == 500
+    train = ["train", "--algo", "bc", "--env", "CartPole-v1", "--dataset", str(out)]
+    train += ["--max-epoch", "1", "--step-per-epoch", "5", "--no-progress", "--logdir", ""]
+    assert main(train) == 0
+    assert "Finished" in capsys.readouterr().out
+
+
+def test_collect_with_algo_trains_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "medium.buf"
+    argv = ["collect", "--env", "CartPole-v1", "--algo", "ppo", "--train-steps", "2048"]
+    argv += ["--steps", "300", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "trained ppo for 2048 env steps" in printed
+    assert json.loads(out.with_name("medium.buf.json").read_text())["policy"].startswith("ppo")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--random", "--steps", "0"], "--steps must be >= 1"),
+        (["--random", "--steps", "10", "--train-steps", "5"], "need --algo"),
+        (["--algo", "ppo", "--steps", "10"], "--train-steps and/or --train-until"),
+        (["--env", "NoSuchEnv-v0", "--algo", "ppo", "--train-steps", "5", "--steps", "9"], "env"),
+    ],
+)
+def test_collect_command_errors_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    argv = ["collect", "--env", "CartPole-v1", "--out", str(tmp_path / "x.buf"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "x.buf").exists()
