@@ -12,9 +12,14 @@ import gymnasium as gym
 from typing_extensions import assert_type
 
 from epochtrain import (
+    A2C,
     BC,
     DQN,
+    PG,
     PPO,
+    TD3,
+    TD3BC,
+    A2CTrainingStats,
     BCTrainingStats,
     Collector,
     DQNTrainingStats,
@@ -22,8 +27,11 @@ from epochtrain import (
     OfflineTrainer,
     OffpolicyTrainer,
     OnpolicyTrainer,
+    PGTrainingStats,
     PPOTrainingStats,
     ReplayBuffer,
+    TD3BCTrainingStats,
+    TD3TrainingStats,
 )
 
 
@@ -40,6 +48,37 @@ def ppo_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
     assert_type(stats, EpochStats[PPOTrainingStats])
     assert stats.training_stat is not None
     return stats.training_stat.clip_fraction.mean
+
+
+def a2c_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
+    policy = A2C(envs.single_observation_space, envs.single_action_space)
+    trainer = OnpolicyTrainer(
+        policy=policy,
+        train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
+        max_epoch=1,
+        step_per_epoch=64,
+        step_per_collect=64,
+    )
+    stats = next(trainer)
+    assert_type(stats, EpochStats[A2CTrainingStats])
+    assert stats.training_stat is not None
+    return stats.training_stat.explained_variance.mean
+
+
+def pg_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
+    policy = PG(envs.single_observation_space, envs.single_action_space, baseline=False)
+    trainer = OnpolicyTrainer(
+        policy=policy,
+        train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
+        max_epoch=1,
+        step_per_epoch=64,
+        step_per_collect=64,
+    )
+    assert_type(next(trainer).training_stat, PGTrainingStats | None)
+    for stats in trainer:
+        if stats.training_stat is not None:
+            return stats.training_stat.loss_actor.mean
+    return 0.0
 
 
 def dqn_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
@@ -62,3 +101,20 @@ def bc_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any], data: ReplayBu
     policy = BC(envs.single_observation_space, envs.single_action_space)
     trainer = OfflineTrainer(policy=policy, buffer=data, max_epoch=1, step_per_epoch=10)
     assert_type(next(trainer).training_stat, BCTrainingStats | None)
+
+
+def td3_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any], data: ReplayBuffer) -> float:
+    policy = TD3(envs.single_observation_space, envs.single_action_space)
+    trainer = OffpolicyTrainer(
+        policy=policy,
+        train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
+        max_epoch=1,
+        step_per_epoch=64,
+        step_per_collect=8,
+    )
+    assert_type(next(trainer), EpochStats[TD3TrainingStats])
+    offline = TD3BC(envs.single_observation_space, envs.single_action_space)
+    offline_trainer = OfflineTrainer(policy=offline, buffer=data, max_epoch=1, step_per_epoch=10)
+    stats = next(offline_trainer).training_stat
+    assert_type(stats, TD3BCTrainingStats | None)
+    return 0.0 if stats is None else stats.lmbda.mean + stats.loss_actor.mean

@@ -4,6 +4,9 @@
 builds everything with :func:`epochtrain.make_trainer`, prints one line per epoch, writes
 TensorBoard logs to ``<logdir>/<env>_<algo>_seed<seed>_<time>`` and ends with the mean test
 return. Bad options exit with status 2 and a one-line message.
+
+Checkpoints go to ``<run dir>/checkpoints`` every epoch; ``train ... --resume PATH``
+continues a run and ``epochtrain eval PATH --episodes 10`` tests a checkpoint's policy.
 """
 
 from __future__ import annotations
@@ -67,8 +70,65 @@ def build_parser() -> argparse.ArgumentParser:
         help="buffer file to learn from (offline algorithms: bc, td3bc, cql); "
         "record one with `epochtrain collect`",
     )
+    train.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="where to save checkpoints (default: <run dir>/checkpoints; '' disables)",
+    )
+    train.add_argument(
+        "--checkpoint-every", type=int, default=1, help="epochs between two checkpoints"
+    )
+    train.add_argument(
+        "--resume",
+        default=None,
+        metavar="PATH",
+        help="continue the run of this checkpoint (or the latest one in this directory) "
+        "with the same --algo, --env and --seed; its logs and checkpoints continue too",
+    )
     _add_collect_parser(sub, fmt)
+    _add_eval_parser(sub, fmt)
     return parser
+
+
+def _add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    evaluate = sub.add_parser(
+        "eval", help="test the policy of a checkpoint written by `train`", formatter_class=fmt
+    )
+    evaluate.add_argument("path", help="a checkpoint, or a directory of checkpoints (latest)")
+    evaluate.add_argument("--episodes", type=int, default=10, help="test episodes to run")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the test envs")
+    evaluate.add_argument("--device", default="cpu", help="torch device for the networks")
+
+
+def _checkpointing(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
+    """``--checkpoint-dir``, ``--checkpoint-every`` and ``--resume`` as overrides.
+
+    A resumed run reuses the checkpoint's TensorBoard run directory (its curves continue)
+    and, unless ``--checkpoint-dir`` is given, the checkpoint's directory.
+    """
+    from epochtrain.checkpoint import read_manifest, resolve_checkpoint
+
+    checkpoint_dir = args.checkpoint_dir
+    if args.resume is not None:
+        ckpt = resolve_checkpoint(args.resume)
+        config = read_manifest(ckpt)["config"]
+        for key, value in (("algo", args.algo), ("env_id", args.env), ("seed", args.seed)):
+            if key in config and config[key] != value:
+                raise ValueError(
+                    f"--resume {args.resume}: the checkpoint's run has {key}={config[key]!r}, "
+                    f"not {value!r}; pass the same --algo, --env and --seed"
+                )
+        logdir = config.get("overrides", {}).get("logdir")
+        if logdir and "logdir" in overrides:
+            overrides["logdir"] = logdir
+        overrides["resume_from"] = str(ckpt)
+        if checkpoint_dir is None:
+            checkpoint_dir = str(ckpt.parent)
+    if checkpoint_dir is None and "logdir" in overrides:
+        checkpoint_dir = str(Path(overrides["logdir"]) / "checkpoints")
+    if checkpoint_dir:
+        overrides["checkpoint_dir"] = checkpoint_dir
+        overrides["checkpoint_every"] = args.checkpoint_every
 
 
 def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -125,6 +185,7 @@ def _train(args: argparse.Namespace) -> int:
         run_dir = Path(args.logdir) / f"{args.env}_{args.algo}_seed{args.seed}_{stamp}"
         overrides["logdir"] = str(run_dir)
     try:
+        _checkpointing(args, overrides)
         if args.dataset is not None:
             from epochtrain.data import ReplayBuffer
 
@@ -143,8 +204,67 @@ def _train(args: argparse.Namespace) -> int:
     )
     if args.logdir:
         print(f"TensorBoard logs: {overrides['logdir']}")
+    if "checkpoint_dir" in overrides:
+        print(f"Checkpoints: {overrides['checkpoint_dir']}")
     trainer.logger.close()
     return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from epochtrain.checkpoint import load_policy, read_manifest, resolve_checkpoint
+    from epochtrain.factory import DEFAULTS, make_envs, make_trainer
+    from epochtrain.logger import LazyLogger
+    from epochtrain.trainer import OfflineTrainer
+
+    try:
+        if args.episodes < 1:
+            raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+        ckpt = resolve_checkpoint(args.path)
+        config = read_manifest(ckpt)["config"]
+        if config.get("algo") not in DEFAULTS or "env_id" not in config:
+            raise ValueError(
+                f"{ckpt} was not written by `epochtrain train` or make_trainer (its manifest "
+                "names no known algo and env_id): load it in Python with trainer.load_checkpoint"
+            )
+        algo, env_id = config["algo"], config["env_id"]
+        overrides = {k: v for k, v in config.get("overrides", {}).items() if k not in _RUN_ONLY}
+        overrides.update(device=args.device, num_test_envs=min(args.episodes, 10))
+        overrides.update(show_progress=False, logger=LazyLogger(), stop_fn=None)
+        if DEFAULTS[algo].trainer_cls is OfflineTrainer:  # it needs a dataset to be built
+            overrides["buffer"] = _one_transition(make_envs(env_id, 1))
+        trainer = make_trainer(algo, env_id, seed=int(config.get("seed", 0)), **overrides)
+        manifest = load_policy(trainer.policy, ckpt)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        return 2
+    collector = trainer.test_collector
+    assert collector is not None
+    collector.reset(seed=args.seed)
+    stat = collector.collect(n_episode=args.episodes)
+    assert stat.returns_stat is not None
+    ret = stat.returns_stat
+    print(
+        f"{algo} on {env_id}, checkpoint {ckpt} (epoch {manifest['epoch']}, "
+        f"{manifest['env_step']} env steps): mean return {ret.mean:.2f} ± {ret.std:.2f} over "
+        f"{stat.n_collected_episodes} episodes (min {ret.min:.2f}, max {ret.max:.2f})"
+    )
+    return 0
+
+
+# Recorded overrides that `eval` must not replay: it loads only the policy, logs nothing.
+_RUN_ONLY = frozenset({"resume_from", "logdir", "checkpoint_dir"})
+
+
+def _one_transition(envs: Any) -> Any:
+    """A one-transition buffer, so an offline algorithm's trainer can be built for testing."""
+    from epochtrain.data import ReplayBuffer
+
+    buffer = ReplayBuffer(1, 1)
+    obs, _ = envs.reset(seed=0)
+    act = envs.action_space.sample()
+    obs_next, rew, terminated, truncated, _ = envs.step(act)
+    buffer.add(obs, act, rew, terminated, truncated, obs_next)
+    return buffer
 
 
 def _collect_policy(args: argparse.Namespace) -> tuple[Any, str]:
@@ -209,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _train(args)
     if args.command == "collect":
         return _collect(args)
+    if args.command == "eval":
+        return _eval(args)
     parser.error(f"unknown command {args.command!r}")
 
 

@@ -1,4 +1,4 @@
-"""DQN: acting, TD targets (double-Q, termination vs truncation), target sync, schedules."""
+"""DQN: acting, TD and n-step targets, dueling head, weighted loss and priorities, resume."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from epochtrain.algorithms import DQN, DQNTrainingStats
-from epochtrain.data import Batch
+from epochtrain.algorithms.dqn import DuelingQNet
+from epochtrain.data import Batch, PrioritizedReplayBuffer, ReplayBuffer
+from epochtrain.factory import make_trainer
+from epochtrain.trainer import OffpolicyTrainer
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
 
@@ -149,6 +152,8 @@ def test_state_dict_round_trip_includes_optimizer_and_counter() -> None:
         ({"lr": 0.0}, "lr"),
         ({"target_update_freq": 0}, "target_update_freq"),
         ({"epsilon_end": -0.1}, "epsilon_end"),
+        ({"n_step": 0}, "n_step"),
+        ({"dueling": True, "hidden": ()}, "hidden"),
     ],
 )
 def test_constructor_rejects_bad_hyper_parameters(kwargs: dict[str, Any], match: str) -> None:
@@ -160,3 +165,143 @@ def test_constructor_rejects_continuous_actions_naming_the_space() -> None:
     box = gym.spaces.Box(-1.0, 1.0, shape=(2,))
     with pytest.raises(ValueError, match=r"action_space must be gymnasium.spaces.Discrete.*Box"):
         DQN(OBS_SPACE, box)
+
+
+# ------------------------------------------------------- n-step, dueling, prioritized
+def _chain_buffer(rewards: list[float], terminated_at: int | None) -> ReplayBuffer:
+    """One env; obs ``[t, 0, 0, 0]`` -> ``[t + 1, ...]``; reward ``rewards[t]``."""
+    buf = ReplayBuffer(16, 1)
+    for t, r in enumerate(rewards):
+        obs = np.array([[t, 0, 0, 0]], dtype=np.float32)
+        buf.add(
+            obs,
+            np.array([t % 2]),
+            np.array([r]),
+            np.array([t == terminated_at]),
+            np.array([False]),
+            obs + np.array([1, 0, 0, 0], dtype=np.float32),
+        )
+    return buf
+
+
+def test_n_step_target_and_loss_on_a_hand_computed_example() -> None:
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5, n_step=3, double_q=False)
+    # Q(s_t, a) = table[t]; the target network's values at s_3 and s_4 bootstrap
+    table = [[0.0, 1.0], [2.0, 0.5], [0.0, 0.0], [4.0, 8.0], [6.0, 2.0], [0.0, 0.0]]
+    policy.q_net = TableQ(table)
+    policy.target_net = TableQ(table)
+    policy.optimizers["q"] = torch.optim.SGD(policy.q_net.parameters(), lr=0.0)
+    buf = _chain_buffer([1.0, 2.0, 4.0, 8.0, 16.0], terminated_at=3)
+    batch = policy.process_sample(buf.get(torch.tensor([0, 1, 2])), buf)
+    target = policy.compute_target(batch)
+    # t=0: 1 + .5 * 2 + .25 * 4 + .125 * max Q(s_3) = 3 + .125 * 8 = 4
+    # t=1: 2 + .5 * 4 + .25 * 8, terminated at t = 3: no bootstrap = 6
+    # t=2: 4 + .5 * 8, terminated = 8
+    assert target.tolist() == pytest.approx([4.0, 6.0, 8.0])
+    stats = policy.learn(batch)
+    # q(s_t, a_t) with a_t = t % 2: 0.0, 0.5, 0.0; errors 4, 5.5, 8: Huber |d| - 0.5
+    assert stats.loss.mean == pytest.approx((3.5 + 5.0 + 7.5) / 3)
+    assert policy.td_abs is not None
+    assert policy.td_abs.tolist() == pytest.approx([4.0, 5.5, 8.0])
+
+
+def test_n_step_one_leaves_the_sample_unchanged() -> None:
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(2))
+    buf = _chain_buffer([1.0, 2.0], terminated_at=None)
+    batch = buf.get(torch.tensor([0]))
+    assert policy.process_sample(batch, buf) is batch
+
+
+def test_importance_weights_scale_each_sample_loss() -> None:
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5)
+    policy.q_net = TableQ([[0.0, 0.0], [3.0, 0.0]])
+    policy.target_net = TableQ([[0.0, 0.0], [0.0, 0.0]])
+    policy.optimizers["q"] = torch.optim.SGD(policy.q_net.parameters(), lr=0.0)
+    batch = Batch(
+        obs=torch.tensor([[0.0, 0, 0, 0], [1.0, 0, 0, 0]]),
+        act=torch.tensor([0, 0]),
+        rew=torch.tensor([0.5, 1.0]),
+        terminated=torch.tensor([True, True]),
+        truncated=torch.tensor([False, False]),
+        obs_next=torch.zeros(2, 4),
+        weight=torch.tensor([1.0, 0.25]),
+    )
+    stats = policy.learn(batch)
+    # errors 0.5 (Huber 0.125) and 2.0 (Huber 1.5); weighted mean (0.125 + 0.375) / 2
+    assert stats.loss.mean == pytest.approx(0.25)
+    assert policy.td_abs is not None and policy.td_abs.tolist() == pytest.approx([0.5, 2.0])
+
+
+def test_post_learn_updates_priorities_of_a_prioritized_buffer_only() -> None:
+    torch.manual_seed(0)
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), n_step=2)
+    per = PrioritizedReplayBuffer(16, 1, alpha=1.0)
+    plain = ReplayBuffer(16, 1)
+    for buf in (per, plain):
+        for t in range(6):
+            obs = np.full((1, 4), t, dtype=np.float32)
+            buf.add(obs, np.array([0]), np.array([1.0]), np.array([False]), np.array([False]), obs)
+    batch = policy.process_sample(per.sample(4), per)
+    assert batch.weight is not None and batch.index is not None
+    policy.learn(batch)
+    policy.post_learn(batch, per)
+    assert policy.td_abs is not None
+    expected = policy.td_abs.numpy() + per.eps
+    for i, p in zip(batch.index.tolist(), expected, strict=True):
+        assert per.priorities(torch.tensor([i]))[0] == pytest.approx(p, rel=1e-6)
+    policy.post_learn(batch, plain)  # a uniform buffer has nothing to update
+
+
+def test_dueling_head_is_value_plus_centred_advantage() -> None:
+    torch.manual_seed(0)
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(3), dueling=True, hidden=(16, 8))
+    net = policy.q_net
+    assert isinstance(net, DuelingQNet)
+    obs = torch.randn(5, 4)
+    features = net.trunk(obs)
+    value, adv = net.value(features), net.advantage(features)
+    q = net(obs)
+    assert q.shape == (5, 3)
+    assert torch.allclose(q, value + adv - adv.mean(-1, keepdim=True), atol=1e-6)
+    assert torch.allclose(q.mean(-1, keepdim=True), value, atol=1e-6)  # identifiable V
+    actions, _ = policy.act(obs, deterministic=True)
+    assert torch.equal(actions, adv.argmax(-1))
+
+
+def test_dueling_n_step_state_dict_round_trip_includes_optimizer() -> None:
+    torch.manual_seed(0)
+    kwargs: dict[str, Any] = {"dueling": True, "n_step": 3, "target_update_freq": 100}
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), **kwargs)
+    for _ in range(3):
+        policy.learn(make_batch())
+    clone = DQN(OBS_SPACE, gym.spaces.Discrete(2), **kwargs)
+    clone.load_state_dict(policy.state_dict())
+    assert clone.n_updates == 3
+    torch.manual_seed(1)
+    a = policy.learn(make_batch(seed=3)).loss.mean
+    torch.manual_seed(1)
+    b = clone.learn(make_batch(seed=3)).loss.mean
+    assert a == b
+    plain = DQN(OBS_SPACE, gym.spaces.Discrete(2))
+    with pytest.raises(ValueError, match="dueling=True"):
+        plain.load_state_dict(policy.state_dict())
+
+
+def test_factory_builds_a_prioritized_buffer_on_request() -> None:
+    trainer = make_trainer(
+        "dqn",
+        "CartPole-v1",
+        prioritized_replay=True,
+        priority_alpha=0.5,
+        n_step=3,
+        max_epoch=4,
+        step_per_epoch=1000,
+        num_test_envs=1,
+    )
+    assert isinstance(trainer, OffpolicyTrainer)
+    buf = trainer.train_collector.buffer
+    assert isinstance(buf, PrioritizedReplayBuffer)
+    assert (buf.alpha, buf.beta_start, buf.beta_anneal_steps) == (0.5, 0.4, 4000)
+    assert isinstance(trainer.policy, DQN) and trainer.policy.n_step == 3
+    with pytest.raises(ValueError, match="prioritized_replay"):
+        make_trainer("ppo", "CartPole-v1", prioritized_replay=True)

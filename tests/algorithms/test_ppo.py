@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from epochtrain.algorithms import PPO, PPOTrainingStats
+from epochtrain.algorithms import PPO, A2CTrainingStats, PGTrainingStats, PPOTrainingStats
 from epochtrain.data import Batch
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
@@ -183,3 +183,36 @@ def test_constructor_rejects_bad_hyper_parameters(kwargs: dict[str, Any], match:
 def test_constructor_rejects_unsupported_action_space() -> None:
     with pytest.raises(ValueError, match=r"action_space .*MultiDiscrete"):
         PPO(OBS_SPACE, gym.spaces.MultiDiscrete([2, 3]))
+
+
+def test_stats_follow_the_algorithm_family() -> None:
+    assert issubclass(PPOTrainingStats, A2CTrainingStats)
+    assert issubclass(A2CTrainingStats, PGTrainingStats)
+
+
+def test_gaussian_policy_learns_its_state_independent_log_std() -> None:
+    torch.manual_seed(0)
+    policy = PPO(OBS_SPACE, gym.spaces.Box(-2.0, 2.0, shape=(1,)), log_std_init=-0.5)
+    assert policy.log_std.requires_grad
+    torch.testing.assert_close(policy.log_std.detach(), torch.tensor([-0.5]))
+    obs = torch.zeros(4, 4)
+    with torch.no_grad():
+        act, extras = policy.act(obs)
+    batch = Batch(
+        obs=obs,
+        act=act,
+        rew=torch.zeros(4),
+        terminated=torch.zeros(4, dtype=torch.bool),
+        truncated=torch.zeros(4, dtype=torch.bool),
+        obs_next=obs,
+        logp=extras["logp"],
+        adv=torch.tensor([1.0, -1.0, 0.5, -0.5]),
+        ret=torch.zeros(4),
+    )
+    stats = policy.learn(batch)
+    assert not torch.equal(policy.log_std.detach(), torch.tensor([-0.5]))
+    assert stats.entropy.mean == pytest.approx(0.5 + 0.5 * math.log(2 * math.pi) - 0.5, rel=1e-5)
+    clone = PPO(OBS_SPACE, gym.spaces.Box(-2.0, 2.0, shape=(1,)))
+    clone.load_state_dict(policy.state_dict())
+    assert torch.equal(clone.log_std, policy.log_std)
+    assert policy.learn(batch).loss.mean == clone.learn(batch).loss.mean

@@ -1,4 +1,4 @@
-"""ReplayBuffer: ring storage per env, valid-only sampling, dict observations, persistence."""
+"""ReplayBuffer: ring storage per env, valid-only sampling, dict obs, persistence, n-step."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode
 
-from epochtrain.data import ReplayBuffer
+from epochtrain.data import Collector, ReplayBuffer
+from tests.fakes import ParityPolicy, make_vec
 
 
 def _row(t: int, num_envs: int, valid: np.ndarray | None = None) -> dict[str, Any]:
@@ -292,3 +294,105 @@ def test_loading_corrupt_or_foreign_file_raises_value_error_naming_path(tmp_path
         ReplayBuffer.load(foreign)
     with pytest.raises(FileNotFoundError, match=r"missing\.pt"):
         ReplayBuffer.load(tmp_path / "missing.pt")
+
+
+# ------------------------------------------------------------------ n-step returns
+def _n_step(buf: ReplayBuffer, flat: list[int], n_step: int, gamma: float) -> Any:
+    return buf.n_step_batch(buf.get(torch.tensor(flat)), n_step, gamma)
+
+
+def test_n_step_sums_discounted_rewards_and_stops_at_episode_end() -> None:
+    buf = _filled(capacity=10, num_envs=2, n_rows=5)  # rew 10 t + env; terminated at t = 2
+    # (t, env) = (0, 1), (1, 0), (3, 1), (4, 0): flat t * 2 + env
+    nb = _n_step(buf, [1, 2, 7, 8], n_step=3, gamma=0.5)
+    # (0, 1): 1 + .5 * 11 + .25 * 21, ends terminated at t = 2
+    # (1, 0): 10 + .5 * 20, ends terminated at t = 2
+    # (3, 1): 31 + .5 * 41, stops at the newest row t = 4: bootstrap with .5 ** 2
+    # (4, 0): 40, the newest row itself: bootstrap with .5
+    assert nb.rew.tolist() == pytest.approx([11.75, 20.0, 51.5, 40.0])
+    assert nb.discount is not None
+    assert nb.discount.tolist() == pytest.approx([0.0, 0.0, 0.25, 0.5])
+    assert nb.terminated.tolist() == [True, True, False, False]
+    assert isinstance(nb.obs_next, torch.Tensor)
+    assert nb.obs_next.tolist() == [[3, 1], [3, 0], [5, 1], [5, 0]]
+    assert isinstance(nb.obs, torch.Tensor)  # obs, act and index stay those of the first step
+    assert nb.obs[:, 0].tolist() == [0, 1, 3, 4] and nb.act.tolist() == [1, 0, 1, 0]
+    assert nb.index is not None and nb.index.tolist() == [1, 2, 7, 8]
+
+
+def test_n_step_one_is_the_one_step_transition_with_gamma_discount() -> None:
+    buf = _filled(capacity=10, num_envs=2, n_rows=5)
+    one = buf.get(torch.arange(10))
+    nb = buf.n_step_batch(one, 1, 0.9)
+    assert torch.equal(nb.rew, one.rew) and torch.equal(nb.terminated, one.terminated)
+    assert isinstance(nb.obs_next, torch.Tensor) and isinstance(one.obs_next, torch.Tensor)
+    assert torch.equal(nb.obs_next, one.obs_next)
+    assert nb.discount is not None
+    assert torch.allclose(nb.discount, 0.9 * (~one.terminated).float())
+
+
+def test_n_step_truncation_bootstraps_from_the_final_obs() -> None:
+    buf = ReplayBuffer(8, 1)
+    for t in range(4):
+        row = _row(t, 1)
+        row["terminated"] = np.array([False])
+        row["truncated"] = np.array([t == 1])
+        buf.add(**row)
+    nb = _n_step(buf, [0], n_step=3, gamma=0.5)
+    assert nb.rew.tolist() == [0.0 + 0.5 * 10.0]
+    assert nb.discount is not None and nb.discount.tolist() == [0.25]
+    assert nb.truncated.tolist() == [True] and nb.terminated.tolist() == [False]
+    assert isinstance(nb.obs_next, torch.Tensor) and nb.obs_next.tolist() == [[2, 0]]
+
+
+def test_n_step_follows_the_ring_across_its_end_but_never_into_older_rows() -> None:
+    buf = ReplayBuffer(4, 1)  # 4 rows; t = 0..5 leaves t = 4, 5, 2, 3 in rows 0..3
+    for t in range(6):
+        row = _row(t, 1)
+        row["terminated"] = np.array([False])
+        buf.add(**row)
+    nb = _n_step(buf, [2, 0, 1], n_step=3, gamma=0.5)
+    # row 2 (t = 2): t = 2, 3, 4 (rows 2, 3, 0); row 0 (t = 4): t = 4, 5, then the newest
+    # row stops it (row 2 holds the older t = 2); row 1 (t = 5): only itself
+    assert nb.rew.tolist() == pytest.approx([20 + 15 + 10, 40 + 25, 50])
+    assert nb.discount is not None and nb.discount.tolist() == pytest.approx([0.125, 0.25, 0.5])
+    assert isinstance(nb.obs_next, torch.Tensor)
+    assert nb.obs_next[:, 0].tolist() == [5, 6, 6]
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_n_step_on_collected_counter_envs_matches_their_episodes(mode: AutoresetMode) -> None:
+    lengths, max_steps, n_step, gamma = [3, 7], 5, 4, 0.9  # env 1 is truncated at t = 5
+    buf = ReplayBuffer(2 * 11, 2)
+    collector = Collector(ParityPolicy(), make_vec(lengths, max_steps=max_steps, mode=mode), buf)
+    collector.collect(n_step=40)  # wraps the 11-row ring
+    flat = torch.arange(len(buf))
+    batch = buf.get(flat)
+    assert batch.valid is not None
+    nb = buf.n_step_batch(batch[batch.valid], n_step, gamma)
+    assert isinstance(nb.obs, torch.Tensor) and isinstance(nb.obs_next, torch.Tensor)
+    assert nb.index is not None and nb.discount is not None
+    newest = (buf._cursor - 1) % buf.rows
+    for i in range(len(nb)):
+        env, episode, t = (int(x) for x in nb.obs[i].tolist())
+        env_next, episode_next, t_next = (int(x) for x in nb.obs_next[i].tolist())
+        m = t_next - t
+        assert (env_next, episode_next) == (env, episode) and 1 <= m <= n_step
+        ep_len = min(lengths[env], max_steps)
+        last_row = (int(nb.index[i]) // 2 + m - 1) % buf.rows
+        assert m == n_step or t + m == ep_len or last_row == newest
+        expected = sum(gamma**k * (t + k + 1 + (env + t + k) % 2) for k in range(m))
+        assert float(nb.rew[i]) == pytest.approx(expected, rel=1e-6)
+        terminated = t + m == lengths[env] <= max_steps
+        assert bool(nb.terminated[i]) == terminated
+        assert float(nb.discount[i]) == pytest.approx(0.0 if terminated else gamma**m)
+
+
+def test_n_step_rejects_bad_n_and_batches_without_index() -> None:
+    buf = _filled(capacity=4, num_envs=2, n_rows=2)
+    batch = buf.get(torch.tensor([0]))
+    with pytest.raises(ValueError, match="n_step"):
+        buf.n_step_batch(batch, 0, 0.9)
+    batch.index = None
+    with pytest.raises(ValueError, match="index"):
+        buf.n_step_batch(batch, 2, 0.9)

@@ -170,7 +170,8 @@ def test_state_dict_resume_skips_already_logged_steps() -> None:
         first.log_train_data(collect_stats(), env_step)
     first.log_info_data(InfoStats(), 1)
     state = first.state_dict()
-    assert state == {"train": 30, "test": None, "update": None, "info": 1}
+    position = {"train": 30, "test": None, "update": None, "info": 1}
+    assert state == {**position, "written": position}
 
     resumed = RecordingLogger(train_interval=10)
     resumed.load_state_dict(state)
@@ -184,10 +185,31 @@ def test_state_dict_resume_skips_already_logged_steps() -> None:
     assert resumed.steps("test") == [40]
 
 
+def test_log_data_ignores_intervals_and_moves_the_position_only() -> None:
+    logger = RecordingLogger(train_interval=100)
+    logger.log_train_data(collect_stats(), 10)
+    logger.log_data("train", 20, {"train/utd_ratio": 0.5})
+    assert logger.steps("train") == [10, 20]
+    assert logger.last_logged_step("train") == 10  # the interval grid is unchanged
+    assert logger.written_step("train") == 20
+    logger.log_train_data(collect_stats(), 60)  # not due: 60 - 10 < 100
+    assert logger.steps("train") == [10, 20]
+
+
+def test_state_without_written_takes_last_logged_as_position() -> None:
+    logger = RecordingLogger()
+    logger.load_state_dict({"train": 5, "test": None, "update": 3, "info": 1})
+    assert logger.written_step("train") == 5 and logger.written_step("update") == 3
+
+
 @pytest.mark.parametrize(
     ("state", "match"),
     [
         ({"train": 1, "test": None, "update": None}, "missing the key 'info'"),
+        (
+            {"train": 1, "test": None, "update": None, "info": None, "written": 3},
+            "'written'] must be a mapping",
+        ),
         ({"train": "1", "test": None, "update": None, "info": None}, r"state\['train'\]"),
         ({"train": True, "test": None, "update": None, "info": None}, r"state\['train'\]"),
     ],
@@ -212,7 +234,8 @@ def test_lazy_logger_records_nothing_and_is_a_context_manager() -> None:
         logger.log_update_data(FakePPOStats(), 1)
         logger.log_info_data(InfoStats(), 1)
         logger.log_test_data(collect_stats(), 1)
-    assert logger.state_dict() == {"train": None, "test": None, "update": None, "info": None}
+    nothing = {"train": None, "test": None, "update": None, "info": None}
+    assert logger.state_dict() == {**nothing, "written": nothing}
 
 
 def test_multi_logger_fans_out_with_each_loggers_own_intervals() -> None:

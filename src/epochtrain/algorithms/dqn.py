@@ -1,15 +1,24 @@
-"""DQN: deep Q-learning with a target network and (by default) double-Q targets.
+"""DQN: deep Q-learning with a target network, double-Q, n-step and dueling options.
 
 Papers: Mnih et al. 2015, "Human-level control through deep reinforcement learning"
 (Nature 518) for the Q network, replay, the hard-updated target network and the Huber
 loss; van Hasselt, Guez & Silver 2016, "Deep Reinforcement Learning with Double
 Q-learning" (AAAI) for selecting the next action with the online network and evaluating
-it with the target network.
+it with the target network; Sutton 1988, "Learning to predict by the methods of temporal
+differences" (Machine Learning 3) and Hessel et al. 2018, "Rainbow" (AAAI) for n-step
+targets; Wang et al. 2016, "Dueling Network Architectures for Deep Reinforcement
+Learning" (ICML) for the ``V + A - mean(A)`` head; Schaul et al. 2016, "Prioritized
+Experience Replay" (ICLR) for the importance-weighted loss and priority updates.
 
 Data flow: the collector calls :meth:`DQN.act` (epsilon-greedy, epsilon from
-:meth:`DQN.set_progress`), the off-policy trainer samples minibatches from the replay
-buffer and calls :meth:`DQN.learn` once per gradient step; every ``target_update_freq``
-gradient steps the target network is overwritten with the online one.
+:meth:`DQN.set_progress`); per gradient step the off-policy trainer samples a minibatch,
+:meth:`DQN.process_sample` turns it into ``n_step`` transitions (discounted reward sum,
+last ``obs_next``, ``discount = gamma**m`` or 0), :meth:`DQN.learn` takes one Huber-loss
+step (each sample weighted by ``batch.weight`` when a
+:class:`~epochtrain.data.PrioritizedReplayBuffer` set it) and records ``|TD|``, and
+:meth:`DQN.post_learn` hands those to the buffer's ``update_priorities``. Every
+``target_update_freq`` gradient steps the target network is overwritten with the online
+one.
 """
 
 from __future__ import annotations
@@ -26,10 +35,12 @@ from torch import Tensor, nn
 
 from epochtrain.algorithms.base import Policy
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.prioritized import PrioritizedReplayBuffer
 from epochtrain.nets import MLP, flat_dim
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
-__all__ = ["DQN", "DQNTrainingStats"]
+__all__ = ["DQN", "DQNTrainingStats", "DuelingQNet"]
 
 
 @dataclass(kw_only=True)
@@ -47,6 +58,36 @@ def _tensor(obs: Obs) -> Tensor:
     return obs
 
 
+class DuelingQNet(nn.Module):
+    """Dueling Q head (Wang et al. 2016): ``Q = V + A - mean_a A`` on a shared trunk.
+
+    The trunk is the MLP of ``hidden[:-1]``; the value and the advantage streams each
+    have one hidden layer of ``hidden[-1]`` units, as the paper's two fully connected
+    streams after the shared convolutional layers.
+    """
+
+    def __init__(self, in_dim: int, n_actions: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        if len(hidden) == 0:
+            raise ValueError("hidden must have at least one layer for dueling=True, got ()")
+        self.in_dim = in_dim
+        trunk: list[nn.Module] = []
+        last = in_dim
+        for h in hidden[:-1]:
+            trunk += [nn.Linear(last, h), nn.ReLU()]
+            last = h
+        self.trunk = nn.Sequential(*trunk)
+        self.value = MLP(last, 1, hidden[-1:], nn.ReLU)
+        self.advantage = MLP(last, n_actions, hidden[-1:], nn.ReLU)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """Q-values ``[batch, n_actions]`` of ``obs`` flattened to ``[batch, in_dim]``."""
+        features = self.trunk(obs.reshape(obs.shape[0], self.in_dim).float())
+        adv = self.advantage(features)
+        q: Tensor = self.value(features) + adv - adv.mean(dim=-1, keepdim=True)
+        return q
+
+
 class DQN(Policy[DQNTrainingStats]):
     """Deep Q-network for discrete actions.
 
@@ -54,6 +95,8 @@ class DQN(Policy[DQNTrainingStats]):
     ``epsilon_end`` over ``epsilon_decay_steps`` env steps (as reported by the trainer
     through :meth:`set_progress`); the target network is copied from the online network
     every ``target_update_freq`` gradient steps. Deterministic acting is greedy.
+    ``n_step`` > 1 learns from n-step returns (the buffer's newest rows and episode ends
+    cut them short); ``dueling`` uses :class:`DuelingQNet` instead of a plain MLP.
     """
 
     def __init__(
@@ -70,6 +113,8 @@ class DQN(Policy[DQNTrainingStats]):
         epsilon_end: float = 0.04,
         epsilon_decay_steps: int = 8000,
         max_grad_norm: float | None = 10.0,
+        n_step: int = 1,
+        dueling: bool = False,
         device: str | torch.device = "cpu",
     ) -> None:
         if not isinstance(action_space, gym.spaces.Discrete):
@@ -86,6 +131,10 @@ class DQN(Policy[DQNTrainingStats]):
             raise ValueError(f"epsilon_decay_steps must be >= 0, got {epsilon_decay_steps!r}")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+        if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
+            raise ValueError(f"n_step must be an int >= 1 (1 = one-step targets), got {n_step!r}")
+        if dueling and len(hidden) == 0:
+            raise ValueError("hidden must have at least one layer when dueling=True, got ()")
         super().__init__(observation_space, action_space, device=device)
         self.n_actions = int(action_space.n)
         self.gamma = gamma
@@ -95,13 +144,22 @@ class DQN(Policy[DQNTrainingStats]):
         self.epsilon_end = epsilon_end
         self.epsilon_decay_steps = epsilon_decay_steps
         self.max_grad_norm = max_grad_norm
-        self.q_net = MLP(flat_dim(observation_space), self.n_actions, hidden, nn.ReLU)
+        self.n_step = n_step
+        self.dueling = dueling
+        in_dim = flat_dim(observation_space)
+        self.q_net: nn.Module
+        if dueling:
+            self.q_net = DuelingQNet(in_dim, self.n_actions, hidden)
+        else:
+            self.q_net = MLP(in_dim, self.n_actions, hidden, nn.ReLU)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.to(self.device)
         self.optimizers["q"] = torch.optim.Adam(self.q_net.parameters(), lr=lr, fused=True)
         self.epsilon = epsilon_start
         self.n_updates = 0
         """Gradient steps taken so far (saved in the state dict; drives target updates)."""
+        self.td_abs: Tensor | None = None
+        """``|TD error|`` per sample of the last :meth:`learn` (for priority updates)."""
 
     # ------------------------------------------------------------------ acting
     def set_progress(self, env_step: int) -> None:
@@ -124,13 +182,21 @@ class DQN(Policy[DQNTrainingStats]):
         return actions, {}
 
     # ---------------------------------------------------------------- learning
+    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
+        """Turn a sampled minibatch into ``n_step`` transitions (as is when ``n_step=1``)."""
+        if self.n_step == 1:
+            return batch
+        return buffer.n_step_batch(batch, self.n_step, self.gamma)
+
     @torch.no_grad()
     def compute_target(self, batch: Batch) -> Tensor:
-        """TD target ``r + gamma * (1 - terminated) * Q_target(s', a*)``.
+        """TD target ``r + discount * Q_target(s', a*)``.
 
-        ``a*`` is the online network's argmax (double-Q) or the target network's own.
-        Only termination cuts the bootstrap: a truncated transition still bootstraps
-        from its true final observation ``obs_next``.
+        ``discount`` is ``batch.discount`` when set (n-step: ``gamma**m``, 0 after a
+        termination), else ``gamma * (1 - terminated)``. ``a*`` is the online network's
+        argmax (double-Q) or the target network's own. Only termination cuts the
+        bootstrap: a truncated transition still bootstraps from its true final
+        observation ``obs_next``.
         """
         obs_next = _tensor(batch.obs_next)
         q_next_target = self.target_net(obs_next)
@@ -139,17 +205,29 @@ class DQN(Policy[DQNTrainingStats]):
         else:
             best = q_next_target.argmax(dim=-1, keepdim=True)
         q_next = q_next_target.gather(-1, best).squeeze(-1)
-        not_terminated = (~batch.terminated).to(q_next.dtype)
-        target: Tensor = batch.rew + self.gamma * not_terminated * q_next
+        if batch.discount is None:
+            discount = self.gamma * (~batch.terminated).to(q_next.dtype)
+        else:
+            discount = batch.discount.to(q_next.dtype)
+        target: Tensor = batch.rew + discount * q_next
         return target
 
     def learn(self, batch: Batch) -> DQNTrainingStats:
-        """One Huber-loss gradient step on ``batch``; may hard-update the target network."""
+        """One Huber-loss gradient step on ``batch``; may hard-update the target network.
+
+        With ``batch.weight`` (importance weights) the loss is the weighted mean of the
+        per-sample Huber losses; ``|TD|`` per sample is kept in :attr:`td_abs`.
+        """
         batch = batch.to(self.device)
         target = self.compute_target(batch)
         q_all = self.q_net(_tensor(batch.obs))
         q = q_all.gather(-1, batch.act.long().reshape(-1, 1)).squeeze(-1)
-        loss = F.smooth_l1_loss(q, target)
+        per_sample = F.smooth_l1_loss(q, target, reduction="none")
+        if batch.weight is None:
+            loss = per_sample.mean()
+        else:
+            loss = (per_sample * batch.weight.to(per_sample.dtype)).mean()
+        self.td_abs = (q - target).detach().abs()
         self.optimize("q", loss, max_grad_norm=self.max_grad_norm)
         self.n_updates += 1
         if self.n_updates % self.target_update_freq == 0:
@@ -159,6 +237,12 @@ class DQN(Policy[DQNTrainingStats]):
             q_mean=SequenceSummaryStats.single(q.detach().mean().item()),
             epsilon=SequenceSummaryStats.single(self.epsilon),
         )
+
+    def post_learn(self, batch: Batch, buffer: ReplayBuffer) -> None:
+        """Give a prioritized buffer the new ``|TD|`` of the transitions just learned from."""
+        if isinstance(buffer, PrioritizedReplayBuffer) and self.td_abs is not None:
+            assert batch.index is not None
+            buffer.update_priorities(batch.index, self.td_abs)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """The Q network and its target network."""
@@ -170,14 +254,21 @@ class DQN(Policy[DQNTrainingStats]):
 
     # ------------------------------------------------------------- persisting
     def get_extra_state(self) -> dict[str, Any]:
-        """Optimizer states plus the gradient-step counter and current epsilon."""
+        """Optimizer states, the gradient-step counter, current epsilon and the head type."""
         state = super().get_extra_state()
         state["n_updates"] = self.n_updates
         state["epsilon"] = self.epsilon
+        state["dueling"] = self.dueling
         return state
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_extra_state` returned."""
+        saved_dueling = bool(state.get("dueling", False))
+        if saved_dueling != self.dueling:
+            raise ValueError(
+                f"state_dict is of a DQN with dueling={saved_dueling}, this policy has "
+                f"dueling={self.dueling}: build the policy with dueling={saved_dueling}"
+            )
         super().set_extra_state(state)
         self.n_updates = int(state["n_updates"])
         self.epsilon = float(state["epsilon"])

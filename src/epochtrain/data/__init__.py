@@ -1,8 +1,9 @@
-"""Data layer: Batch, ReplayBuffer and Collector (imports nothing else from epochtrain)."""
+"""Data layer: Batch, the replay buffers and Collector (imports nothing else from epochtrain)."""
 
 from epochtrain.data.batch import EXTRA_FIELDS, ActResult, Batch, Obs, obs_map
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Actor, Collector
+from epochtrain.data.prioritized import PrioritizedReplayBuffer, SumTree
 
 __all__ = [
     "EXTRA_FIELDS",
@@ -11,6 +12,8 @@ __all__ = [
     "Batch",
     "Collector",
     "Obs",
+    "PrioritizedReplayBuffer",
     "ReplayBuffer",
+    "SumTree",
     "obs_map",
 ]

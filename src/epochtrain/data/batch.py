@@ -58,6 +58,8 @@ class Batch:
     valid: Tensor | None = None
     index: Tensor | None = None
     """Flat buffer indices (``time * num_envs + env``) of sampled transitions."""
+    discount: Tensor | None = None
+    """Per-transition bootstrap factor on ``obs_next`` (n-step: ``gamma ** m``, 0 if terminated)."""
 
     def __len__(self) -> int:
         return int(self.rew.shape[0])
@@ -87,6 +89,7 @@ class Batch:
             weight=opt(self.weight),
             valid=opt(self.valid),
             index=opt(self.index),
+            discount=opt(self.discount),
         )
 
     def __getitem__(self, index: Tensor | slice | int) -> Batch:

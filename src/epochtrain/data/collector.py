@@ -11,11 +11,21 @@ Both autoreset modes of ``gymnasium.vector`` are handled, read from
   sampled, learned from or counted as an env step.
 
 Per-step Python work is O(1) in the number of envs except at episode ends.
+
+An optional ``obs_transform(obs, update)`` (set by ``ObservationNormalizer``) maps every
+observation the env returns before the policy or the buffer sees it; ``update`` is True
+for new observations and False for the final observations of finished episodes.
+
+``state_dict(include_env=True)`` also snapshots the vector env (sub-envs, their RNGs and
+in-flight episodes) when it pickles, as a ``SyncVectorEnv`` of classic-control envs does;
+an ``AsyncVectorEnv`` does not, and resuming restarts its episodes with a seeded reset.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -27,7 +37,10 @@ from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.stats import CollectStats
 
-__all__ = ["Actor", "Collector"]
+__all__ = ["Actor", "Collector", "ObsTransform"]
+
+ObsTransform = Callable[[np.ndarray, bool], np.ndarray]
+"""``transform(obs, update) -> obs``: maps a batch of observations (``update``: new data)."""
 
 
 class Actor(Protocol):
@@ -113,10 +126,16 @@ class Collector:
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
         # NEXT_STEP only: envs whose next step merely resets them (they ended last step).
         self._resetting: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.obs_transform: ObsTransform | None = None
+        """Applied to every observation from the env (array observations only)."""
+        self.last_collect_rows = 0
+        """Vector steps (buffer rows) of the last ``collect`` call."""
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (seeded with ``seed + i`` when ``seed`` is given)."""
         obs, _ = self.env.reset(seed=seed)
+        if self.obs_transform is not None:
+            obs = self.obs_transform(obs, True)
         self._obs = _copy(obs) if self._copy_obs else obs
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
@@ -167,6 +186,8 @@ class Collector:
         lens: list[int] = []
         steps = 0
         obs, resetting = self._obs, self._resetting
+        transform = self.obs_transform
+        rows = 0
         no_extras: dict[str, np.ndarray] = {}
         extras = no_extras
         with torch.inference_mode():
@@ -180,7 +201,10 @@ class Collector:
                         {k: v.cpu().numpy() for k, v in extras_t.items()} if extras_t else no_extras
                     )
                 obs_next, rew, terminated, truncated, info = env.step(act)
-                if copy_obs:
+                rows += 1
+                if transform is not None:
+                    obs_next = transform(obs_next, True)
+                elif copy_obs:
                     obs_next = _copy(obs_next)
                 done = (terminated | truncated).nonzero()[0]
                 ep_return += rew
@@ -190,7 +214,10 @@ class Collector:
                 if same_step:
                     steps += num_envs
                     if len(done):
-                        real_next = _with_final_obs(obs_next, info["final_obs"], done)
+                        final = info["final_obs"]
+                        if transform is not None:
+                            final = _transformed_rows(final, done, transform)
+                        real_next = _with_final_obs(obs_next, final, done)
                 else:
                     if len(resetting):
                         valid = np.ones(num_envs, dtype=bool)
@@ -207,6 +234,7 @@ class Collector:
                 if n_step is not None and steps >= n_step:
                     break
         self._obs, self._resetting = obs, resetting
+        self.last_collect_rows = rows
         return CollectStats.from_episodes(steps, returns, lens, time.perf_counter() - start)
 
     def _end_episodes(
@@ -226,18 +254,87 @@ class Collector:
         ep_len[done] = 0
         return remaining is not None and not remaining.any()
 
-    def state_dict(self) -> dict[str, Any]:
-        """The in-flight episodes: current observations, partial returns and lengths."""
-        return {
+    def state_dict(self, *, include_env: bool = False) -> dict[str, Any]:
+        """The in-flight episodes: current observations, partial returns and lengths.
+
+        ``include_env=True`` adds ``env``: a pickled snapshot of the vector env (sub-envs
+        with their RNGs and episode state, action space), or ``None`` where the env does
+        not pickle (``AsyncVectorEnv``).
+        """
+        state: dict[str, Any] = {
             "obs": _copy(self._obs) if self._obs is not None else None,
             "ep_return": self._ep_return.copy(),
             "ep_len": self._ep_len.copy(),
             "resetting": np.isin(np.arange(self.num_envs), self._resetting),
         }
+        if include_env:
+            state["env"] = env_snapshot(self.env)
+        return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the in-flight episode state saved by :meth:`state_dict`."""
+    def load_state_dict(self, state: dict[str, Any], *, restart_seed: int | None = None) -> None:
+        """Restore the state saved by :meth:`state_dict`.
+
+        With an env snapshot the envs continue their episodes exactly. A state saved with
+        ``include_env=True`` whose env did not pickle cannot continue them: with
+        ``restart_seed`` the envs are reset with that seed (new episodes, deterministic).
+        """
+        snapshot = state.get("env")
+        if snapshot is not None:
+            restore_env(self.env, snapshot)
+        elif "env" in state and restart_seed is not None:
+            self.reset(seed=restart_seed)
+            return
         self._obs = state["obs"]
         self._ep_return = np.array(state["ep_return"], dtype=np.float64)
         self._ep_len = np.array(state["ep_len"], dtype=np.int64)
         self._resetting = np.flatnonzero(np.asarray(state["resetting"], dtype=bool))
+
+
+def _transformed_rows(final: np.ndarray, done: np.ndarray, transform: ObsTransform) -> Any:
+    """``final`` (an object array of per-env observations) with rows ``done`` transformed."""
+    out = final.copy()
+    rows = transform(np.stack([final[i] for i in done.tolist()]), False)
+    for j, i in enumerate(done.tolist()):
+        out[i] = rows[j]
+    return out
+
+
+def _env_levels(env: Any) -> list[Any]:
+    levels = [env]
+    while isinstance(levels[-1], gym.vector.VectorWrapper):
+        levels.append(levels[-1].env)
+    return levels
+
+
+_NOT_STATE = ("env", "env_fns")  # links between wrapper levels, and env constructors
+
+
+def env_snapshot(env: gym.vector.VectorEnv[Any, Any, Any]) -> bytes | None:
+    """Pickled attributes of ``env`` and of the vector envs it wraps; ``None`` if they do
+    not pickle (``AsyncVectorEnv``: worker processes and pipes).
+
+    The env constructors (``env_fns``) are left out: they are how the env was built, not
+    its state, and ``gymnasium.make_vec``'s are local functions that do not pickle.
+    """
+    levels = [
+        {k: v for k, v in vars(level).items() if k not in _NOT_STATE} for level in _env_levels(env)
+    ]
+    try:
+        return pickle.dumps(levels)
+    except Exception:  # any pickling failure (TypeError, PicklingError, ...): no snapshot
+        return None
+
+
+def restore_env(env: gym.vector.VectorEnv[Any, Any, Any], snapshot: bytes) -> None:
+    """Put the state of :func:`env_snapshot` back into ``env`` (built the same way)."""
+    levels = _env_levels(env)
+    saved: list[dict[str, Any]] = pickle.loads(snapshot)
+    if len(saved) != len(levels):
+        raise ValueError(
+            f"the saved env has {len(saved)} vector wrapper levels, this env has {len(levels)}: "
+            "build the envs as the checkpointed run did"
+        )
+    for level, attrs in zip(levels, saved, strict=True):
+        for sub_env in getattr(level, "envs", None) or []:
+            sub_env.close()  # replaced by the saved sub-envs below
+        vars(level).update(attrs)

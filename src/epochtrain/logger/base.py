@@ -100,6 +100,18 @@ def info_stats_to_tags(stats: InfoStats) -> dict[str, float]:
     return flatten_dataclass(stats, "info")
 
 
+def _scope_steps(state: Mapping[str, object], what: str) -> dict[Scope, int | None]:
+    restored: dict[Scope, int | None] = {}
+    for scope in SCOPES:
+        if scope not in state:
+            raise ValueError(f"{what} is missing the key {scope!r}; got {state!r}")
+        value = state[scope]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(f"{what}[{scope!r}] must be an int or None, got {value!r}")
+        restored[scope] = value
+    return restored
+
+
 def _check_interval(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -119,8 +131,11 @@ class BaseLogger(ABC):
 
     The default, 1, records every call. Because a record needs a step strictly greater
     than the last logged one, a logger restored with :meth:`load_state_dict` never writes a
-    step twice. Loggers are context managers; leaving the ``with`` block calls
-    :meth:`close`.
+    step twice. :meth:`log_data` writes the dicts hooks return, outside the intervals.
+    The logger's *position* is, per scope, the last step written (:meth:`written_step`);
+    loggers that own files drop the records past it on :meth:`load_state_dict`, which is
+    how a resumed run's curves continue with no duplicated and no missing point. Loggers
+    are context managers; leaving the ``with`` block calls :meth:`close`.
     """
 
     def __init__(
@@ -135,6 +150,7 @@ class BaseLogger(ABC):
         self.update_interval = _check_interval("update_interval", update_interval)
         self.info_interval = _check_interval("info_interval", info_interval)
         self._last_logged: dict[Scope, int | None] = dict.fromkeys(SCOPES)
+        self._written: dict[Scope, int | None] = dict.fromkeys(SCOPES)
 
     @abstractmethod
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
@@ -160,6 +176,17 @@ class BaseLogger(ABC):
         if self._due("info", epoch, self.info_interval):
             self._record("info", epoch, info_stats_to_tags(stats))
 
+    def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Write ``data`` (full tags, e.g. ``train/utd_ratio``) at ``step`` now, whatever the
+        intervals (hooks' logging dicts come this way)."""
+        self.write(scope, step, data)
+        self._mark_written(scope, step)
+
+    def _mark_written(self, scope: Scope, step: int) -> None:
+        last = self._written[scope]
+        if last is None or step > last:
+            self._written[scope] = step
+
     def _due(self, scope: Scope, step: int, interval: int) -> bool:
         last = self._last_logged[scope]
         return last is None or step - last >= interval
@@ -167,26 +194,34 @@ class BaseLogger(ABC):
     def _record(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         self.write(scope, step, data)
         self._last_logged[scope] = step
+        self._mark_written(scope, step)
 
     def last_logged_step(self, scope: Scope) -> int | None:
         """Step of the last record of ``scope``, or ``None`` if nothing was recorded yet."""
         return self._last_logged[scope]
 
+    def written_step(self, scope: Scope) -> int | None:
+        """Largest step written in ``scope`` (records and :meth:`log_data`), or ``None``."""
+        return self._written[scope]
+
     def state_dict(self) -> dict[str, object]:
-        """The last logged step of each scope (``None`` if never), e.g. ``{"train": 1000, ...}``."""
-        return {scope: last for scope, last in self._last_logged.items()}
+        """The last logged step of each scope (``None`` if never), e.g. ``{"train": 1000, ...}``,
+        and under ``"written"`` the largest step written per scope (the position)."""
+        state: dict[str, object] = {scope: last for scope, last in self._last_logged.items()}
+        state["written"] = dict(self._written)
+        return state
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore what :meth:`state_dict` returned, so a resumed run skips logged steps."""
-        restored: dict[Scope, int | None] = {}
-        for scope in SCOPES:
-            if scope not in state:
-                raise ValueError(f"logger state is missing the key {scope!r}; got {state!r}")
-            value = state[scope]
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ValueError(f"logger state[{scope!r}] must be an int or None, got {value!r}")
-            restored[scope] = value
+        """Restore what :meth:`state_dict` returned, so a resumed run skips logged steps.
+
+        A state without ``"written"`` (older) takes the last logged steps as the position.
+        """
+        restored = _scope_steps(state, "logger state")
+        written = state.get("written", restored)
+        if not isinstance(written, Mapping):
+            raise ValueError(f"logger state['written'] must be a mapping, got {written!r}")
         self._last_logged = restored
+        self._written = _scope_steps(written, "logger state['written']")
 
     def flush(self) -> None:  # noqa: B027  # optional: loggers that buffer override it
         """Write anything buffered to its destination now (the trainer calls it per epoch)."""
@@ -224,6 +259,9 @@ class LazyLogger(BaseLogger):
     def log_info_data(self, stats: InfoStats, epoch: int) -> None:
         """Do nothing."""
 
+    def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Do nothing."""
+
 
 class MultiLogger(BaseLogger):
     """Fan-out: forwards every call to several loggers, each keeping its own intervals."""
@@ -259,6 +297,11 @@ class MultiLogger(BaseLogger):
         """Forward to every logger."""
         for logger in self.loggers:
             logger.log_info_data(stats, epoch)
+
+    def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Forward to every logger."""
+        for logger in self.loggers:
+            logger.log_data(scope, step, data)
 
     def state_dict(self) -> dict[str, object]:
         """``{"loggers": [state of each logger, in order]}``."""

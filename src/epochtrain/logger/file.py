@@ -80,7 +80,7 @@ class LineFileLogger(BaseLogger, ABC):
         scope, step = parsed
         for known in SCOPES:
             if known == scope:
-                last = self.last_logged_step(known)
+                last = self.written_step(known)
                 return last is not None and step <= last
         return True  # records of an unknown scope are kept
 

@@ -3,6 +3,13 @@
 Each tag (``train/returns_stat/mean``, ``update/loss/actor``, ...) is one scalar series;
 its x-axis is the record's step in the unit of its scope (env steps for ``train/`` and
 ``test/``, gradient steps for ``update/``, epochs for ``info/``).
+
+Resuming: :meth:`TensorboardLogger.load_state_dict` rewrites the event files already in
+the log directory without the points past the restored position (those an interrupted
+run wrote after its checkpoint), atomically per file, before the resumed run writes its
+first point; so every curve continues with no duplicated and no missing point. The
+scopes count steps in different units, so TensorBoard's single ``purge_step`` could not
+express this.
 """
 
 from __future__ import annotations
@@ -10,10 +17,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from epochtrain.logger.base import BaseLogger, Scope
+from epochtrain.logger.base import SCOPES, BaseLogger, Scope
 
 __all__ = ["TensorboardLogger"]
 
@@ -32,9 +42,8 @@ class TensorboardLogger(BaseLogger):
     :param max_queue: records (scalars) buffered before a flush is forced; 1 flushes
         every scalar, which is slow but loses nothing on a crash.
 
-    Unlike the JSONL and CSV loggers, this one cannot remove points that an interrupted
-    run wrote after its last checkpoint; a seeded resume writes the same values again at
-    the same steps.
+    The event file is created with the first point. :meth:`load_state_dict` removes the
+    points an interrupted run wrote after its checkpoint (see the module docstring).
     """
 
     def __init__(
@@ -57,23 +66,79 @@ class TensorboardLogger(BaseLogger):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.logdir = Path(logdir)
-        self.writer = SummaryWriter(
-            log_dir=os.fspath(logdir), max_queue=max_queue, flush_secs=flush_secs
-        )
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self._max_queue, self._flush_secs = max_queue, flush_secs
+        self._writer: SummaryWriter | None = None
         self._closed = False
+
+    @property
+    def writer(self) -> SummaryWriter:
+        """torch's ``SummaryWriter``, created (with its event file) on first use."""
+        if self._writer is None:
+            self._writer = SummaryWriter(
+                log_dir=os.fspath(self.logdir),
+                max_queue=self._max_queue,
+                flush_secs=self._flush_secs,
+            )
+        return self._writer
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Add every tag of ``data`` as a scalar at ``global_step=step``."""
+        writer = self.writer
         for tag, value in data.items():
-            self.writer.add_scalar(tag, value, global_step=step)
+            writer.add_scalar(tag, value, global_step=step)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore the position and drop the event files' points past it."""
+        super().load_state_dict(state)
+        if self._writer is not None:
+            self._writer.flush()
+        own = self._own_event_file()
+        for path in sorted(self.logdir.glob("events.out.tfevents.*")):
+            if path != own and path.is_file():
+                self._trim(path)
+
+    def _own_event_file(self) -> Path | None:
+        file_writer = None if self._writer is None else self._writer.file_writer
+        if file_writer is None:
+            return None
+        return Path(file_writer.event_writer._file_name)
+
+    def _keep(self, event: Any) -> bool:
+        """False for a scalar event past the restored position of its tag's scope."""
+        if not event.HasField("summary"):
+            return True
+        for value in event.summary.value:
+            scope = value.tag.split("/", 1)[0]
+            for known in SCOPES:
+                if known == scope:
+                    last = self.written_step(known)
+                    if last is None or event.step > last:
+                        return False
+        return True
+
+    def _trim(self, path: Path) -> None:
+        events = list(EventFileLoader(os.fspath(path)).Load())
+        kept = [event for event in events if self._keep(event)]
+        if len(kept) == len(events):
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as f:
+            writer = RecordWriter(f)
+            for event in kept:
+                writer.write(event.SerializeToString())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def flush(self) -> None:
-        """Write buffered scalars to disk now (no-op once closed)."""
-        if not self._closed:
-            self.writer.flush()
+        """Write buffered scalars to disk now (no-op once closed or before the first point)."""
+        if not self._closed and self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         """Flush and close the event file; safe to call more than once."""
         if not self._closed:
-            self.writer.close()
+            if self._writer is not None:
+                self._writer.close()
             self._closed = True

@@ -10,6 +10,10 @@ Glossary (units in brackets):
 * **update step** — one call of ``policy_update_fn``; it runs one or more gradient steps.
 * **gradient step** — one ``Policy.learn`` call: one optimizer step on one minibatch.
 * **test step** — ``episode_per_test`` deterministic episodes on the test collector.
+* **hook point** — a named place in the loop where registered functions run
+  (:mod:`epochtrain.trainer.hooks`, ``docs/hooks.md``).
+* **checkpoint** — one directory holding everything a resumed run needs
+  (:mod:`epochtrain.checkpoint`, ``docs/checkpointing.md``).
 
 Iterator contract: ``iter(trainer)`` is the trainer itself and never resets it; the first
 ``next()`` starts the run; ``max_epoch=k`` yields exactly k :class:`EpochStats` unless
@@ -21,54 +25,62 @@ on entry to ``next()`` and out on exit, so zipped trainers do not disturb each o
 
 from __future__ import annotations
 
-import random
+import os
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, Generic
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from epochtrain.algorithms.base import Policy
+from epochtrain.checkpoint import load_checkpoint, save_checkpoint, save_periodic
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
-from epochtrain.logger import BaseLogger, LazyLogger
+from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
     CollectStats,
     EpochStats,
     InfoStats,
     MovAvg,
+    TrainingStats,
     TTrainingStats,
     aggregate_training_stats,
 )
+from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
+from epochtrain.trainer.params import (
+    check_base_params,
+    check_hooks,
+    check_path,
+    check_positive_int,
+)
+from epochtrain.trainer.state import load_trainer_state, rng_scope, trainer_state
 
 __all__ = ["BaseTrainer", "StopFn"]
+
+TTrainer = TypeVar("TTrainer", bound="BaseTrainer[Any]")
 
 StopFn = Callable[[float], bool]
 """``stop_fn(best_test_return) -> bool``: True stops training after this epoch."""
 
 
-def check_positive_int(name: str, value: object) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_callable(name: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise ValueError(f"{name} must be callable or None, got {value!r}")
-
-
 class BaseTrainer(Generic[TTrainingStats], ABC):
     """Abstract epoch trainer, generic in the policy's training-stats type.
 
-    Subclasses supply :meth:`policy_update_fn` and :meth:`_training_step`. All parameters
-    are keyword-only and validated here, before any work starts.
+    Subclasses supply :meth:`policy_update_fn` and :meth:`_training_step`, and call
+    :meth:`_complete_init` at the end of their ``__init__``. All parameters are
+    keyword-only and validated here, before any work starts.
+
+    Hooks and checkpoints: ``hooks`` are :class:`~epochtrain.trainer.hooks.TrainerHook`
+    objects registered when the trainer is built; ``checkpoint_dir`` receives a checkpoint
+    every ``checkpoint_every`` epochs (and at the end of the run), of which the last
+    ``keep_last`` (``None``: all) and, with ``keep_best``, the one of the best test return
+    are kept; ``resume_from`` (a checkpoint, or a ``checkpoint_dir`` whose latest
+    checkpoint is taken) restores the run before the first epoch.
     """
 
     def __init__(
@@ -89,45 +101,36 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         test_in_train: bool = False,
         test_before_train: bool = False,
         seed: int = 0,
+        hooks: Sequence[TrainerHook] | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_every: int = 1,
+        keep_last: int | None = 3,
+        keep_best: bool = True,
+        resume_from: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(policy, Policy):
-            raise TypeError(f"policy must be an epochtrain Policy, got {type(policy).__name__}")
-        check_positive_int("max_epoch", max_epoch)
-        check_positive_int("step_per_epoch", step_per_epoch)
-        check_positive_int("episode_per_test", episode_per_test)
-        for name, fn in [
-            ("train_fn", train_fn),
-            ("test_fn", test_fn),
-            ("stop_fn", stop_fn),
-            ("save_best_fn", save_best_fn),
-        ]:
-            _check_callable(name, fn)
-        if test_collector is not None and not isinstance(test_collector, Collector):
-            raise TypeError(
-                f"test_collector must be a Collector or None, got {type(test_collector).__name__}"
-            )
-        if test_collector is None:
-            for name, value in [
-                ("stop_fn", stop_fn),
-                ("save_best_fn", save_best_fn),
-                ("test_in_train", test_in_train or None),
-                ("test_before_train", test_before_train or None),
-            ]:
-                if value is not None:
-                    raise ValueError(
-                        f"{name} is set but test_collector is None: {name} needs test "
-                        "returns; pass test_collector=Collector(policy, test_envs, "
-                        "exploration=False)"
-                    )
-        if test_collector is not None and test_collector.exploration:
-            raise ValueError(
-                "test_collector has exploration=True; tests must be deterministic: build it "
-                "with Collector(policy, test_envs, exploration=False)"
-            )
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-        if logger is not None and not isinstance(logger, BaseLogger):
-            raise TypeError(f"logger must be a BaseLogger or None, got {type(logger).__name__}")
+        check_base_params(
+            policy=policy,
+            test_collector=test_collector,
+            max_epoch=max_epoch,
+            step_per_epoch=step_per_epoch,
+            episode_per_test=episode_per_test,
+            callbacks={
+                "train_fn": train_fn,
+                "test_fn": test_fn,
+                "stop_fn": stop_fn,
+                "save_best_fn": save_best_fn,
+            },
+            test_in_train=test_in_train,
+            test_before_train=test_before_train,
+            seed=seed,
+            logger=logger,
+        )
+        hook_list = check_hooks(hooks)
+        self.checkpoint_dir = check_path("checkpoint_dir", checkpoint_dir)
+        check_positive_int("checkpoint_every", checkpoint_every)
+        if keep_last is not None:
+            check_positive_int("keep_last", keep_last)
+        resume_path = check_path("resume_from", resume_from, must_exist=True)
         self.policy = policy
         self.test_collector = test_collector
         self.max_epoch = max_epoch
@@ -143,7 +146,31 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self.test_in_train = test_in_train
         self.test_before_train = test_before_train
         self.seed = seed
+        self.checkpoint_every = checkpoint_every
+        self.keep_last = keep_last
+        self.keep_best = keep_best
+        self.config: dict[str, Any] = {}
+        """JSON-able description of how the run was built, written to checkpoint manifests
+        (``make_trainer`` records ``algo``, ``env_id``, ``seed`` and its overrides here)."""
+        self.hooks: list[TrainerHook] = []
+        """Registered hook objects, in registration order (their states are checkpointed)."""
+        self._ops = HookTable()
+        self._pending_hooks = hook_list
+        self._pending_resume = resume_path
+        self._in_next = False
         self._init_state()
+
+    def _complete_init(self) -> None:
+        """Register the ``hooks`` and restore ``resume_from``; leaf ``__init__``s end with it.
+
+        Idempotent; also run before the first epoch in case a subclass did not call it.
+        """
+        pending, self._pending_hooks = self._pending_hooks, []
+        for hook in pending:
+            self.register_hook(hook)
+        resume, self._pending_resume = self._pending_resume, None
+        if resume is not None:
+            self.load_checkpoint(resume)
 
     # ------------------------------------------------------------------ state
     def _init_state(self) -> None:
@@ -172,13 +199,16 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self._epoch_collects: list[CollectStats] = []
         self._epoch_update_time = 0.0
         self._tested_this_epoch: CollectStats | None = None
+        self._hook_postfix: dict[str, str] = {}
 
     def reset(self) -> None:
-        """Start over: counters, random streams, envs and smoothing windows.
+        """Start over: counters, random streams, envs, smoothing windows and hook states.
 
         The policy's weights are not re-initialised; build a new policy for a fresh run.
         """
         self._init_state()
+        for hook in self.hooks:
+            hook.reset()
 
     @property
     def finished(self) -> bool:
@@ -189,55 +219,69 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self._finished = True
         self.stop_reason = reason
 
-    # -------------------------------------------------------------- random streams
-    @contextmanager
-    def _rng_scope(self) -> Iterator[None]:
-        outer = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-        if self._rng_state is None:
-            random.seed(self.seed)
-            np.random.seed(self.seed)
-            torch.manual_seed(self.seed)
-        else:
-            random.setstate(self._rng_state["python"])
-            np.random.set_state(self._rng_state["numpy"])
-            torch.set_rng_state(self._rng_state["torch"])
-        try:
-            yield
-        finally:
-            self._rng_state = {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-            }
-            random.setstate(outer[0])
-            np.random.set_state(outer[1])
-            torch.set_rng_state(outer[2])
+    def request_stop(self, reason: str) -> None:
+        """End the run: the current epoch stops its training steps, runs its test step and
+        is returned; later ``next()`` calls raise ``StopIteration``. ``stop_reason`` becomes
+        ``reason`` (hooks use it, e.g. ``"early_stopping"``)."""
+        if not self._finished:
+            self._finish(reason)
+
+    # ------------------------------------------------------------------- hooks
+    def register_op(self, point: str, op: HookOp) -> None:
+        """Add ``op`` at hook ``point`` (see :mod:`epochtrain.trainer.hooks` for signatures).
+
+        ``"optimizer"`` ops join ``policy.optimizer_hooks``: they run inside
+        ``Policy.optimize`` between ``backward`` and ``step``.
+        """
+        self._ops.add(point, op)
+        if point == "optimizer":
+            self.policy.optimizer_hooks.append(op)
+
+    def register_hook(self, hook: TrainerHook) -> None:
+        """Register ``hook`` (it adds its ops) and keep it, so checkpoints save its state."""
+        if not isinstance(hook, TrainerHook):
+            raise TypeError(f"hook must be a TrainerHook, got {hook!r}")
+        hook.register(self)
+        self.hooks.append(hook)
+
+    def _log_ops(self, point: str, scope: Scope, step: int, *args: Any) -> None:
+        self._ops.log(point, self.logger, scope, step, self._hook_postfix, *args)
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> BaseTrainer[TTrainingStats]:
         return self
 
     def __next__(self) -> EpochStats[TTrainingStats]:
+        self._complete_init()
         if self._finished:
             raise StopIteration
         start = time.perf_counter()
-        with self._rng_scope():
-            if not self._started:
-                self._started = True
-                self._start()
-                if self.test_before_train:
-                    self._test_step()
-                    if self._stop_fn_fired():
-                        self._finish("stop_fn")
-            if self._finished:
+        self._in_next = True
+        try:
+            with rng_scope(self):
+                if not self._started:
+                    self._started = True
+                    self._start()
+                    if self.test_before_train:
+                        self._test_step()
+                        if self._stop_fn_fired():
+                            self._finish("stop_fn")
+                if self._finished:
+                    self.total_time += time.perf_counter() - start
+                    raise StopIteration
+                stats = self._run_epoch()
                 self.total_time += time.perf_counter() - start
-                raise StopIteration
-            stats = self._run_epoch()
-        self.total_time += time.perf_counter() - start
-        stats.info_stat.total_time = self.total_time
+                stats.info_stat.total_time = self.total_time
+                self._ops.call("epoch_end", stats)
+        finally:
+            self._in_next = False
         self.logger.log_info_data(stats.info_stat, self.epoch)
         self.logger.flush()  # an epoch's curves reach disk even if the user never closes
         self._report(stats)
+        if self.checkpoint_dir is not None and (
+            self._finished or self.epoch % self.checkpoint_every == 0
+        ):
+            save_periodic(self, self.checkpoint_dir)
         return stats
 
     def run(self) -> InfoStats:
@@ -255,6 +299,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self._epoch_collects = []
         self._epoch_update_time = 0.0
         self._tested_this_epoch = None
+        self._ops.call("epoch_start", self.epoch)
         with tqdm(
             total=self.step_per_epoch,
             desc=f"Epoch #{self.epoch}",
@@ -297,8 +342,15 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         """One update step after a collect step; returns stats over its gradient steps."""
 
     # ------------------------------------------------------------- gradient steps
-    def _learn(self, batch: Batch) -> None:
-        """One gradient step; its stats join the current update and epoch."""
+    def _learn(self, batch: Batch) -> Batch:
+        """One gradient step; its stats join the current update and epoch.
+
+        Fires ``process_optim_batch`` (its result is learned from and returned), then after
+        ``learn``: ``post_loss``, ``post_optim`` and ``post_optim_log``.
+        """
+        ops = self._ops.ops  # the plain dict: no method call per gradient step
+        if ops["process_optim_batch"]:
+            batch = self._ops.process("process_optim_batch", batch)
         start = time.perf_counter()
         stats = self.policy.learn(batch)
         stats.train_time = time.perf_counter() - start
@@ -306,6 +358,14 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         for key, value in stats.loss_stats().items():
             self._mov_avg[key].add(value)
         self._pending_steps.append(stats)
+        if ops["post_loss"] or ops["post_optim"] or ops["post_optim_log"]:
+            self._after_gradient_step(stats)
+        return batch
+
+    def _after_gradient_step(self, stats: TrainingStats) -> None:
+        self._ops.call("post_loss", stats)
+        self._ops.call("post_optim")
+        self._log_ops("post_optim_log", "update", self.gradient_step, stats)
 
     def _learn_sampled(self, buffer: ReplayBuffer, batch_size: int) -> None:
         """One gradient step on a minibatch sampled from ``buffer``.
@@ -314,7 +374,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         it again after learning (``post_learn``: priority updates, ...).
         """
         batch = self.policy.process_sample(buffer.sample(batch_size), buffer)
-        self._learn(batch)
+        batch = self._learn(batch)
         self.policy.post_learn(batch, buffer)
 
     def _finish_update(self, update_time: float) -> TTrainingStats | None:
@@ -353,10 +413,52 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self.last_test_stat = stat
         self._tested_this_epoch = stat
         self.logger.log_test_data(stat, self.env_step)
+        self._ops.call("test_end", stat)
         return stat
 
     def _stop_fn_fired(self) -> bool:
         return self.stop_fn is not None and bool(self.stop_fn(self.best_test_return))
+
+    # -------------------------------------------------------------- persisting
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs (subclasses add their collectors and buffer).
+
+        Holds references to live tensors: ``torch.save`` it (or deep-copy it) at once.
+        """
+        self._complete_init()
+        return trainer_state(self)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned into this (identically built) trainer."""
+        self._complete_init()
+        load_trainer_state(self, state)
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Write a checkpoint directory at ``path`` atomically; returns its path.
+
+        Call it between epochs (not from inside ``next()``); see ``docs/checkpointing.md``.
+        """
+        if self._in_next:
+            raise RuntimeError(
+                "save_checkpoint cannot run inside next() (mid-epoch state is not saved): "
+                "call it between epochs or set checkpoint_dir/checkpoint_every"
+            )
+        return save_checkpoint(self, path)
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Restore the checkpoint at ``path`` (or the latest one in a ``checkpoint_dir``).
+
+        Returns the checkpoint directory that was loaded.
+        """
+        if self._in_next:
+            raise RuntimeError("load_checkpoint cannot run inside next(): call it between epochs")
+        return load_checkpoint(self, path)
+
+    @classmethod
+    def resume(cls: type[TTrainer], path: str | os.PathLike[str], **kwargs: Any) -> TTrainer:
+        """Build the trainer from ``kwargs`` (as the checkpointed run was built) and restore
+        ``path`` into it: ``OffpolicyTrainer.resume("ckpt/epoch_000010", policy=..., ...)``."""
+        return cls(resume_from=path, **kwargs)
 
     # --------------------------------------------------------------- reporting
     def info_stat(self) -> InfoStats:
@@ -386,6 +488,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
                 post[key] = f"{value:.3g}"
         if self.last_test_stat is not None and self.last_test_stat.returns_stat is not None:
             post["test_return"] = f"{self.last_test_stat.returns_stat.mean:.1f}"
+        post.update(self._hook_postfix)
         return post
 
     def _report(self, stats: EpochStats[TTrainingStats]) -> None:

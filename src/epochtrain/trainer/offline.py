@@ -12,13 +12,18 @@ from typing import Any
 from epochtrain.algorithms.base import Policy
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.stats import CollectStats, TTrainingStats
-from epochtrain.trainer.base import BaseTrainer, check_positive_int
+from epochtrain.trainer.base import BaseTrainer
+from epochtrain.trainer.params import check_positive_int
 
 __all__ = ["OfflineTrainer"]
 
 
 class OfflineTrainer(BaseTrainer[TTrainingStats]):
-    """Trainer for offline algorithms (BC, TD3+BC, CQL) on a fixed dataset ``buffer``."""
+    """Trainer for offline algorithms (BC, TD3+BC, CQL) on a fixed dataset ``buffer``.
+
+    The dataset is an input, not part of the run's state: checkpoints do not hold it, so
+    resume with the same ``buffer``.
+    """
 
     def __init__(
         self,
@@ -38,11 +43,14 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
         super().__init__(policy=policy, **kwargs)
         self.buffer = buffer
         self.batch_size = batch_size
+        self._complete_init()
 
     def _training_step(self) -> int:
         if self.train_fn is not None:
             self.train_fn(self.epoch, self.env_step)
+        self._ops.call("pre_optim_steps")
         self.policy_update_fn(None)
+        self._ops.call("post_steps")
         return 1
 
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:

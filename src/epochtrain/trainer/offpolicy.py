@@ -12,8 +12,8 @@ from typing import Any
 
 from epochtrain.algorithms.base import Policy
 from epochtrain.stats import CollectStats, TTrainingStats
-from epochtrain.trainer.base import check_positive_int
 from epochtrain.trainer.online import OnlineTrainer
+from epochtrain.trainer.params import check_positive_int
 
 __all__ = ["OffpolicyTrainer"]
 
@@ -46,6 +46,7 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         self.update_per_step = float(update_per_step)
         self.batch_size = batch_size
         self.warmup_steps = warmup_steps
+        self._complete_init()
 
     def _start(self) -> None:
         super()._start()
@@ -56,6 +57,8 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
             self.train_episode += stat.n_collected_episodes
             self.collect_time += stat.collect_time
             self.logger.log_train_data(stat, self.env_step)
+            if self._ops["batch_process"]:  # e.g. normalisers see the warm-up data too
+                self._ops.process("batch_process", self._collected_rows())
 
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
         """Run ``round(update_per_step * n_collected_steps)`` sampled gradient steps."""

@@ -2,20 +2,26 @@
 
 One training step is: ``train_fn`` → ``policy.set_progress(env_step)`` → one collect step
 on the training envs → (``test_in_train``: a test step when the collected episodes
-already satisfy ``stop_fn``) → one update step (``policy_update_fn``).
+already satisfy ``stop_fn``) → one update step (``policy_update_fn``), framed by the hook
+points ``batch_process``, ``pre_steps_log``, ``pre_optim_steps`` before it and
+``post_steps``, ``post_steps_log`` after it.
 """
 
 from __future__ import annotations
 
 from abc import ABC
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
 from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import Batch
 from epochtrain.data.collector import Collector
-from epochtrain.stats import TTrainingStats
-from epochtrain.trainer.base import BaseTrainer, check_positive_int
+from epochtrain.stats import CollectStats, TTrainingStats
+from epochtrain.trainer.base import BaseTrainer
+from epochtrain.trainer.params import check_positive_int
 
 __all__ = ["OnlineTrainer"]
 
@@ -98,8 +104,60 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
             if self._stop_fn_fired():
                 self._finish("stop_fn")
                 return steps
-        self.policy_update_fn(stat)
+        self._update(stat)
         return steps
+
+    def _update(self, stat: CollectStats) -> None:
+        """One update step framed by its hook points (the batch is built only if needed)."""
+        ops = self._ops
+        batch = None
+        if ops["batch_process"] or ops["pre_steps_log"] or ops["post_steps_log"]:
+            batch = ops.process("batch_process", self._collected_rows())
+            self._log_ops("pre_steps_log", "train", self.env_step, batch)
+        ops.call("pre_optim_steps")
+        self._run_update(stat, batch)
+        ops.call("post_steps")
+        if batch is not None:
+            self._log_ops("post_steps_log", "train", self.env_step, batch)
+
+    def _run_update(self, stat: CollectStats, batch: Batch | None) -> None:
+        """Run the update step; ``batch`` is the hook-processed collected batch, if any."""
+        self.policy_update_fn(stat)
+
+    def _collected_rows(self) -> Batch:
+        """The rows of the last collect step, ``[time, env]``, read back from the buffer."""
+        buffer = self.train_collector.buffer
+        assert buffer is not None
+        n_rows = min(self.train_collector.last_collect_rows, buffer.rows)
+        # The buffer keeps no public write position; its cursor is the row after the last one
+        # written, so the collect step's rows end there.
+        end = buffer._cursor
+        rows = (torch.arange(end - n_rows, end) % buffer.rows).unsqueeze(1)
+        flat = (rows * buffer.num_envs + torch.arange(buffer.num_envs)).reshape(-1)
+        shape = (n_rows, buffer.num_envs)
+        return buffer.get(flat).map(lambda t: t.reshape(*shape, *t.shape[1:]))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base trainer's state plus the training collector (envs included) and buffer."""
+        state = super().state_dict()
+        buffer = self.train_collector.buffer
+        assert buffer is not None
+        state["train_collector"] = self.train_collector.state_dict(include_env=True)
+        state["buffer"] = buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Envs that could not be saved (``AsyncVectorEnv``) restart their episodes with a
+        reset seeded from the run's seed and env step, so the resumed run is deterministic.
+        """
+        super().load_state_dict(state)
+        buffer = self.train_collector.buffer
+        assert buffer is not None
+        buffer.load_state_dict(state["buffer"])
+        restart_seed = (self.seed * 1_000_003 + self.env_step) % 2**31
+        self.train_collector.load_state_dict(state["train_collector"], restart_seed=restart_seed)
 
     def _should_test_in_train(self, train_returns: np.ndarray) -> bool:
         return (

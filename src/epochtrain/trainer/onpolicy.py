@@ -14,9 +14,10 @@ from typing import Any
 import torch
 
 from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import Batch
 from epochtrain.stats import CollectStats, TTrainingStats
-from epochtrain.trainer.base import check_positive_int
 from epochtrain.trainer.online import OnlineTrainer
+from epochtrain.trainer.params import check_positive_int
 
 __all__ = ["OnpolicyTrainer"]
 
@@ -52,9 +53,26 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
                 )
         self.repeat_per_collect = repeat_per_collect
         self.batch_size = batch_size
+        self._complete_init()
+
+    def _collected_rows(self) -> Batch:
+        """The whole rollout: the buffer holds exactly the last collect step."""
+        buffer = self.train_collector.buffer
+        assert buffer is not None
+        return buffer.rollout()
+
+    def _run_update(self, stat: CollectStats, batch: Batch | None) -> None:
+        self._learn_rollout(stat, batch)
 
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
         """Learn from the rollout just collected, then clear the buffer."""
+        return self._learn_rollout(collect_stats, None)
+
+    def _learn_rollout(
+        self, collect_stats: CollectStats | None, rollout: Batch | None
+    ) -> TTrainingStats | None:
+        """Learn from ``rollout`` (``None``: the buffer's; ``batch_process`` hooks may have
+        changed it), then clear the buffer."""
         start = time.perf_counter()
         buffer = self.train_collector.buffer
         assert buffer is not None and collect_stats is not None
@@ -64,7 +82,9 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
                 f"the rollout buffer holds {buffer.n_valid}: raise its capacity "
                 f"(now {buffer.capacity}) above the largest rollout"
             )
-        batch = self.policy.process_rollout(buffer.rollout()).flatten()
+        if rollout is None:
+            rollout = buffer.rollout()
+        batch = self.policy.process_rollout(rollout).flatten()
         if batch.valid is not None and not bool(batch.valid.all()):
             batch = batch[batch.valid]
         n = len(batch)

@@ -1,0 +1,225 @@
+"""ActorCriticPolicy: the shared base of the on-policy family (PG, A2C, PPO).
+
+It owns what the three algorithms have in common, so each of ``pg.py``, ``a2c.py`` and
+``ppo.py`` only holds its loss:
+
+* the networks: an actor MLP (action logits, or the mean of a Gaussian with a
+  state-independent, learned log-std for 1-d Box actions) and an optional critic MLP
+  ``V(obs)``, both tanh with orthogonal init as in Stable-Baselines3;
+* acting (:meth:`ActorCriticPolicy.act` stores ``logp``), log-probabilities and entropies;
+* :meth:`ActorCriticPolicy.process_rollout`: values and generalised advantage estimation
+  (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
+  Advantage Estimation", ICLR). ``gae_lambda=1`` gives discounted Monte-Carlo returns
+  minus the baseline; without a critic the baseline is zero and ``ret`` is the plain
+  discounted return of each episode within the rollout;
+* the learning-rate schedule driven by :meth:`ActorCriticPolicy.set_progress`.
+
+Data flow: the collector calls ``act``; the on-policy trainer hands the whole
+``[time, env]`` rollout to ``process_rollout`` (fills ``value``, ``adv``, ``ret``), then
+calls the leaf algorithm's ``learn`` on (mini)batches of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import ABC
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import gymnasium as gym
+import torch
+from torch import Tensor, nn
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.nets import MLP, flat_dim
+from epochtrain.stats import TrainingStats
+
+__all__ = ["ActorCriticPolicy", "explained_variance", "gae", "obs_tensor"]
+
+TStats = TypeVar("TStats", bound=TrainingStats)
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def obs_tensor(obs: Obs) -> Tensor:
+    """``obs`` as a tensor (the constructor rejected dict observation spaces)."""
+    assert isinstance(obs, Tensor)
+    return obs
+
+
+def gae(
+    rew: Tensor,
+    value: Tensor,
+    value_next: Tensor,
+    terminated: Tensor,
+    done: Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> Tensor:
+    """Generalised advantage estimates of a ``[time, env]`` rollout.
+
+    ``delta_t = r_t + gamma * V(obs_next_t) * (1 - terminated_t) - V(obs_t)`` and
+    ``adv_t = delta_t + gamma * lambda * (1 - done_t) * adv_{t+1}``: termination cuts the
+    bootstrap, truncation bootstraps from the true final ``obs_next``, any episode end
+    stops the recursion, and the last row bootstraps from its ``obs_next``.
+    """
+    not_terminated = (~terminated).to(value.dtype)
+    delta = rew + gamma * value_next * not_terminated - value
+    decay = gamma * gae_lambda * (~done).to(value.dtype)
+    adv = torch.empty_like(delta)
+    last = torch.zeros_like(delta[0])
+    for t in range(delta.shape[0] - 1, -1, -1):
+        last = delta[t] + decay[t] * last
+        adv[t] = last
+    return adv
+
+
+def explained_variance(ret: Tensor, value: Tensor) -> float:
+    """``1 - Var(ret - value) / Var(ret)``; NaN when the returns are constant (as in SB3)."""
+    ret_var = float(ret.var(correction=0))
+    if ret_var == 0.0:
+        return float("nan")
+    return 1.0 - float((ret - value).var(correction=0)) / ret_var
+
+
+class ActorCriticPolicy(Policy[TStats], ABC):
+    """Abstract on-policy actor-critic for Discrete or 1-d Box action spaces.
+
+    Leaves (:class:`~epochtrain.algorithms.PG`, :class:`~epochtrain.algorithms.A2C`,
+    :class:`~epochtrain.algorithms.PPO`) add their optimizer and ``learn``. Box actions
+    are not clipped: the env must accept any real action (Pendulum clips itself; else
+    wrap it with ``gymnasium.wrappers.ClipAction``). ``lr_anneal_steps`` (env steps, or
+    ``None`` for constant) decays the learning rate linearly to zero.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        use_critic: bool,
+        lr: float,
+        gamma: float,
+        gae_lambda: float,
+        vf_coef: float,
+        max_grad_norm: float | None,
+        normalize_advantage: bool,
+        hidden: Sequence[int],
+        lr_anneal_steps: int | None,
+        log_std_init: float,
+        device: str | torch.device,
+    ) -> None:
+        if isinstance(action_space, gym.spaces.Discrete):
+            act_dim = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            act_dim = int(action_space.shape[0])
+        else:
+            raise ValueError(
+                "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
+                f"for {type(self).__name__}, got {action_space!r}"
+            )
+        if not lr > 0:
+            raise ValueError(f"lr must be positive, got {lr!r}")
+        for name, value in (("gamma", gamma), ("gae_lambda", gae_lambda)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        if not vf_coef >= 0:
+            raise ValueError(f"vf_coef must be >= 0, got {vf_coef!r}")
+        if lr_anneal_steps is not None and lr_anneal_steps <= 0:
+            raise ValueError(
+                f"lr_anneal_steps must be a positive int or None, got {lr_anneal_steps!r}"
+            )
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+        obs_dim = flat_dim(observation_space)
+        super().__init__(observation_space, action_space, device=device)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.lr, self.gamma, self.gae_lambda = lr, gamma, gae_lambda
+        self.vf_coef, self.max_grad_norm = vf_coef, max_grad_norm
+        self.normalize_advantage = normalize_advantage
+        self.lr_anneal_steps = lr_anneal_steps
+        self.actor = MLP(obs_dim, act_dim, hidden, nn.Tanh, out_gain=0.01)
+        self.critic: MLP | None = (
+            MLP(obs_dim, 1, hidden, nn.Tanh, out_gain=1.0) if use_critic else None
+        )
+        # unused (and frozen) for discrete actions, so every policy has the same state keys
+        log_std = torch.full((act_dim,), log_std_init)
+        self.log_std = nn.Parameter(log_std, requires_grad=not self.discrete)
+        self.to(self.device)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters the optimizer updates (all but a discrete policy's log-std)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------ acting
+    def set_progress(self, env_step: int) -> None:
+        """Anneal the learning rate of every optimizer for ``env_step`` collected steps."""
+        if self.lr_anneal_steps is None:
+            return
+        lr = self.lr * max(0.0, 1.0 - env_step / self.lr_anneal_steps)
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = lr
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        """Sampled (or most likely) actions and their log-probability ``logp``."""
+        out = self.actor(obs_tensor(obs))
+        if self.discrete:
+            logp_all = out.log_softmax(dim=-1)
+            if deterministic:
+                actions = out.argmax(dim=-1)
+            else:
+                actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+            logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            return actions, {"logp": logp}
+        if deterministic:
+            return out, {"logp": self._gaussian_logp(out, out)}
+        actions = out + self.log_std.exp() * torch.randn_like(out)
+        return actions, {"logp": self._gaussian_logp(out, actions)}
+
+    def _gaussian_logp(self, mean: Tensor, actions: Tensor) -> Tensor:
+        z = (actions - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(dim=-1)
+
+    def log_prob_entropy(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Log-probability of ``actions`` and entropy of the current policy at ``obs``."""
+        out = self.actor(obs)
+        if self.discrete:
+            logp_all = out.log_softmax(dim=-1)
+            logp = logp_all.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+            return logp, entropy
+        entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
+        return self._gaussian_logp(out, actions), entropy
+
+    def value(self, obs: Tensor) -> Tensor:
+        """``V(obs)`` shaped ``[batch]``; zeros when the policy has no critic."""
+        if self.critic is None:
+            return torch.zeros(obs.shape[0], device=obs.device)
+        value: Tensor = self.critic(obs).squeeze(-1)
+        return value
+
+    # ---------------------------------------------------------------- learning
+    @torch.no_grad()
+    def process_rollout(self, batch: Batch) -> Batch:
+        """Fill ``value``, advantages ``adv`` (:func:`gae`) and returns ``ret = adv + value``."""
+        batch = batch.to(self.device)
+        n_time, n_env = batch.shape
+        obs, obs_next = obs_tensor(batch.obs), obs_tensor(batch.obs_next)
+        both = torch.cat([obs, obs_next]).reshape(2 * n_time * n_env, *obs.shape[2:])
+        values = self.value(both).reshape(2, n_time, n_env)
+        value, value_next = values[0], values[1]
+        adv = gae(
+            batch.rew, value, value_next, batch.terminated, batch.done, self.gamma, self.gae_lambda
+        )
+        return dataclasses.replace(batch, value=value, adv=adv, ret=adv + value)
+
+    def advantages(self, batch: Batch) -> Tensor:
+        """``batch.adv``, normalised to mean 0 and std 1 if ``normalize_advantage``."""
+        adv = batch.adv
+        assert adv is not None, f"{type(self).__name__}.learn needs a batch from process_rollout"
+        if self.normalize_advantage and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        return adv

@@ -1,0 +1,96 @@
+"""DDPG: deep deterministic policy gradient for continuous (Box) actions.
+
+Paper: Lillicrap et al. 2016, "Continuous control with deep reinforcement learning"
+(ICLR), built on Silver et al. 2014, "Deterministic Policy Gradient Algorithms" (ICML).
+As in Stable-Baselines3 and CleanRL (and the TD3 paper's "our DDPG"), exploration is
+Gaussian rather than Ornstein-Uhlenbeck, and the networks have no batch normalisation.
+
+Data flow: the collector calls :meth:`DDPG.act` (actor + Gaussian noise, clipped to the
+Box); the off-policy trainer samples minibatches from the replay buffer and calls
+:meth:`DDPG.learn` once per gradient step:
+
+1. critic: minimise ``(Q(s, a) - (r + gamma * (1 - terminated) * Q'(s', pi'(s'))))^2``;
+2. actor: minimise ``-Q(s, pi(s))``;
+3. targets: ``theta' <- tau * theta + (1 - tau) * theta'`` for actor and critic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
+from epochtrain.data.batch import Batch
+from epochtrain.stats import SequenceSummaryStats, TrainingStats
+
+__all__ = ["DDPG", "DDPGTrainingStats"]
+
+
+@dataclass(kw_only=True)
+class DDPGTrainingStats(TrainingStats):
+    """Stats of deterministic actor-critic gradient steps.
+
+    ``loss_critic`` is the TD mean squared error (summed over the critics of TD3),
+    ``loss_actor`` the actor objective ``-Q_1(s, pi(s))`` on the same batch (also on
+    steps where a delayed actor is not updated), ``q_mean`` the mean ``Q_1(s, a)`` of the
+    stored actions.
+    """
+
+    loss_actor: SequenceSummaryStats
+    loss_critic: SequenceSummaryStats
+    q_mean: SequenceSummaryStats
+
+
+class DDPG(DeterministicActorCritic[DDPGTrainingStats]):
+    """DDPG for a 1-d bounded Box action space: one critic, actor step every step.
+
+    ``exploration_noise`` is the std of the Gaussian noise added when exploring, as a
+    fraction of the action half-range; deterministic acting adds none.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        hidden: Sequence[int] = (256, 256),
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        exploration_noise: float = 0.1,
+        max_grad_norm: float | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            hidden=hidden,
+            actor_lr=actor_lr,
+            critic_lr=critic_lr,
+            gamma=gamma,
+            tau=tau,
+            exploration_noise=exploration_noise,
+            n_critics=1,
+            policy_noise=0.0,
+            noise_clip=0.0,
+            policy_delay=1,
+            max_grad_norm=max_grad_norm,
+            device=device,
+        )
+
+    def learn(self, batch: Batch) -> DDPGTrainingStats:
+        """One critic step, one actor step and a Polyak update of both targets."""
+        batch, obs, act, obs_next = self.prepare(batch)
+        loss_critic, q_mean = self.update_critics(batch, obs, act, obs_next)
+        loss_actor = -self.actor_q(obs).mean()
+        self.update_actor(loss_actor)
+        return DDPGTrainingStats(
+            loss_actor=SequenceSummaryStats.single(loss_actor.item()),
+            loss_critic=SequenceSummaryStats.single(loss_critic),
+            q_mean=SequenceSummaryStats.single(q_mean),
+        )

@@ -1,0 +1,236 @@
+"""DeterministicActorCritic: the shared machinery of DDPG, TD3 and TD3+BC.
+
+Papers: Silver et al. 2014, "Deterministic Policy Gradient Algorithms" (ICML) for the
+actor's gradient through the critic; Lillicrap et al. 2016, "Continuous control with
+deep reinforcement learning" (ICLR, DDPG) for replay, target networks and Polyak
+updates; Fujimoto, van Hoof & Meger 2018, "Addressing Function Approximation Error in
+Actor-Critic Methods" (ICML, TD3) for twin critics, target policy smoothing and delayed
+actor updates.
+
+Data flow: the collector calls :meth:`DeterministicActorCritic.act` (the actor's action
+plus Gaussian exploration noise, clipped to the Box bounds); the trainer samples
+minibatches and calls the leaf algorithm's ``learn``, which composes
+:meth:`~DeterministicActorCritic.update_critics` (one critic step towards
+``r + gamma * (1 - terminated) * min_i Q'_i(s', pi'(s') + clipped noise)``),
+:meth:`~DeterministicActorCritic.actor_q` (the actor objective) and
+:meth:`~DeterministicActorCritic.update_actor` (one actor step, then Polyak updates of
+every target network).
+
+Internally the actor outputs actions normalised to ``[-1, 1]`` (``tanh``) and the critics
+see normalised actions; only :meth:`act` maps them to the Box bounds, so noise scales
+(``exploration_noise``, ``policy_noise``, ``noise_clip``) are fractions of the half-range
+of the action space, as in Stable-Baselines3 and CleanRL.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update
+from epochtrain.stats import TTrainingStats
+
+__all__ = ["DeterministicActorCritic"]
+
+
+class DeterministicActorCritic(Policy[TTrainingStats], ABC):
+    """Abstract deterministic actor with ``n_critics`` Q critics and target copies of all.
+
+    Leaves (:class:`~epochtrain.algorithms.DDPG`, :class:`~epochtrain.algorithms.TD3`,
+    :class:`~epochtrain.algorithms.TD3BC`) implement ``learn`` from the building blocks
+    here and bind their own stats type. ``n_updates`` counts critic steps; it decides when
+    a delayed actor step is due and is saved in the state dict.
+    """
+
+    action_center: Tensor
+    action_half_range: Tensor
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        hidden: Sequence[int],
+        actor_lr: float,
+        critic_lr: float,
+        gamma: float,
+        tau: float,
+        exploration_noise: float,
+        n_critics: int,
+        policy_noise: float,
+        noise_clip: float,
+        policy_delay: int,
+        max_grad_norm: float | None,
+        device: str | torch.device,
+    ) -> None:
+        center, half_range = box_bounds(action_space)
+        obs_dim = flat_dim(observation_space)
+        for name, value in (("actor_lr", actor_lr), ("critic_lr", critic_lr)):
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1] (1 = hard copy), got {tau!r}")
+        noises = {
+            "exploration_noise": exploration_noise,
+            "policy_noise": policy_noise,
+            "noise_clip": noise_clip,
+        }
+        for name, value in noises.items():
+            if not value >= 0:
+                raise ValueError(
+                    f"{name} must be >= 0 (a fraction of the action half-range), got {value!r}"
+                )
+        if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
+            raise ValueError(f"policy_delay must be an int >= 1, got {policy_delay!r}")
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+        super().__init__(observation_space, action_space, device=device)
+        self.gamma = gamma
+        self.tau = tau
+        self.exploration_noise = exploration_noise
+        self.policy_noise = policy_noise
+        self.noise_clip = noise_clip
+        self.policy_delay = policy_delay
+        self.max_grad_norm = max_grad_norm
+        act_dim = int(center.shape[0])
+        self.register_buffer("action_center", center)
+        self.register_buffer("action_half_range", half_range)
+        self.actor = MLP(obs_dim, act_dim, hidden, nn.ReLU)
+        self.critics = nn.ModuleList(
+            QCritic(obs_dim, act_dim, hidden, nn.ReLU) for _ in range(n_critics)
+        )
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic_targets = copy.deepcopy(self.critics).requires_grad_(False)
+        self.to(self.device)
+        self.optimizers["actor"] = torch.optim.Adam(
+            self.actor.parameters(), lr=actor_lr, fused=True
+        )
+        self.optimizers["critic"] = torch.optim.Adam(
+            self.critics.parameters(), lr=critic_lr, fused=True
+        )
+        self.n_updates = 0
+        """Critic gradient steps taken so far (saved in the state dict)."""
+
+    # ------------------------------------------------------------------ acting
+    def preprocess_obs(self, obs: Obs) -> Tensor:
+        """Observations as the networks see them; the default passes them through."""
+        # flat_dim rejected dict observation spaces in the constructor
+        assert isinstance(obs, Tensor)
+        return obs
+
+    def pi(self, obs: Tensor) -> Tensor:
+        """The actor's normalised action ``tanh(actor(obs))`` in ``(-1, 1)``."""
+        return torch.tanh(self.actor(obs))
+
+    def to_env_action(self, normalised: Tensor) -> Tensor:
+        """Map normalised actions in ``[-1, 1]`` to the Box bounds."""
+        return self.action_center + self.action_half_range * normalised
+
+    def to_normalised_action(self, action: Tensor) -> Tensor:
+        """Map actions in the Box bounds to ``[-1, 1]``."""
+        return (action.to(self.action_center.dtype) - self.action_center) / self.action_half_range
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        """The actor's actions; exploring adds ``N(0, exploration_noise)`` then clips."""
+        u = self.pi(self.preprocess_obs(obs))
+        if not deterministic and self.exploration_noise > 0:
+            u = (u + self.exploration_noise * torch.randn_like(u)).clamp(-1.0, 1.0)
+        return self.to_env_action(u), {}
+
+    # ---------------------------------------------------------------- learning
+    def prepare(self, batch: Batch) -> tuple[Batch, Tensor, Tensor, Tensor]:
+        """``batch`` on the device and its ``(obs, normalised act, obs_next)`` tensors."""
+        batch = batch.to(self.device)
+        obs = self.preprocess_obs(batch.obs)
+        obs_next = self.preprocess_obs(batch.obs_next)
+        act = self.to_normalised_action(batch.act.reshape(len(batch), -1))
+        return batch, obs, act, obs_next
+
+    @torch.no_grad()
+    def target_action(self, obs_next: Tensor) -> Tensor:
+        """Target policy smoothing: ``clip(pi'(s') + clip(N(0, policy_noise), +-noise_clip))``.
+
+        With ``policy_noise == 0`` (DDPG) this is the target actor's action as is.
+        """
+        u = self.pi_target(obs_next)
+        if self.policy_noise > 0:
+            noise = (self.policy_noise * torch.randn_like(u)).clamp(
+                -self.noise_clip, self.noise_clip
+            )
+            u = (u + noise).clamp(-1.0, 1.0)
+        return u
+
+    def pi_target(self, obs: Tensor) -> Tensor:
+        """The target actor's normalised action."""
+        return torch.tanh(self.actor_target(obs))
+
+    @torch.no_grad()
+    def compute_target(self, batch: Batch, obs_next: Tensor) -> Tensor:
+        """TD target ``r + gamma * (1 - terminated) * min_i Q'_i(s', target_action(s'))``.
+
+        Only termination cuts the bootstrap: a truncated transition still bootstraps from
+        its true final observation.
+        """
+        a_next = self.target_action(obs_next)
+        q_next = torch.stack([q(obs_next, a_next) for q in self.critic_targets]).min(dim=0)[0]
+        not_terminated = (~batch.terminated).to(q_next.dtype)
+        target: Tensor = batch.rew.to(q_next.dtype) + self.gamma * not_terminated * q_next
+        return target
+
+    def update_critics(
+        self, batch: Batch, obs: Tensor, act: Tensor, obs_next: Tensor
+    ) -> tuple[float, float]:
+        """One critic step on the summed MSE of every critic; returns ``(loss, mean Q_1)``.
+
+        Increments :attr:`n_updates`.
+        """
+        target = self.compute_target(batch, obs_next)
+        qs = [q(obs, act) for q in self.critics]
+        loss = torch.stack([F.mse_loss(q, target) for q in qs]).sum()
+        self.optimize("critic", loss, max_grad_norm=self.max_grad_norm)
+        self.n_updates += 1
+        return loss.item(), qs[0].detach().mean().item()
+
+    def actor_due(self) -> bool:
+        """Whether the critic step just taken is followed by an actor step."""
+        return self.n_updates % self.policy_delay == 0
+
+    def actor_q(self, obs: Tensor) -> Tensor:
+        """``Q_1(s, pi(s))`` per observation, differentiable through the actor."""
+        q: Tensor = self.critics[0](obs, self.pi(obs))
+        return q
+
+    def update_actor(self, loss: Tensor) -> None:
+        """One actor step on ``loss``, then Polyak updates of every target network."""
+        self.optimize("actor", loss, max_grad_norm=self.max_grad_norm)
+        for online, target in self.target_pairs():
+            soft_update(target, online, self.tau)
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """The actor and each critic, each with its target network."""
+        pairs: list[tuple[nn.Module, nn.Module]] = [(self.actor, self.actor_target)]
+        pairs += list(zip(self.critics, self.critic_targets, strict=True))
+        return pairs
+
+    # ------------------------------------------------------------- persisting
+    def get_extra_state(self) -> dict[str, Any]:
+        """Optimizer states plus the critic-step counter."""
+        state = super().get_extra_state()
+        state["n_updates"] = self.n_updates
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_extra_state` returned."""
+        super().set_extra_state(state)
+        self.n_updates = int(state["n_updates"])

@@ -1,0 +1,114 @@
+"""PG: REINFORCE, the Monte-Carlo policy gradient, with an optional learned baseline.
+
+Paper: Williams 1992, "Simple Statistical Gradient-Following Algorithms for Connectionist
+Reinforcement Learning" (Machine Learning 8). The gradient estimate is
+``mean(grad log pi(a_t | s_t) * (G_t - b(s_t)))`` with ``G_t`` the discounted return
+from step ``t`` to the end of its episode and ``b`` either zero or a learned ``V(s)``.
+
+Data flow: the collector calls :meth:`PG.act` (stores ``logp``); the on-policy trainer
+hands the whole ``[time, env]`` rollout to :meth:`PG.process_rollout`, which computes
+``ret`` (discounted returns per episode) and ``adv = ret - V(obs)`` (``ret`` itself without
+a baseline), then calls :meth:`PG.learn` (usually once, on the whole rollout).
+
+Episodes that do not end inside the rollout (the rollout's last row, or a time-limit
+truncation): with ``baseline=True`` their return is completed by ``V(obs_next)``, as in
+A2C; without a baseline there is no value to bootstrap from, so the return stops there.
+Collect whole episodes (``episode_per_collect``) or long rollouts so that such cut
+episodes are few.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+
+from epochtrain.algorithms.actor_critic import ActorCriticPolicy, obs_tensor
+from epochtrain.data.batch import Batch
+from epochtrain.stats import SequenceSummaryStats, TrainingStats
+
+__all__ = ["PG", "PGTrainingStats"]
+
+
+@dataclass(kw_only=True)
+class PGTrainingStats(TrainingStats):
+    """Stats of policy-gradient steps.
+
+    ``loss_actor`` is ``-mean(logp * adv)``, ``loss_critic`` the value MSE (0 when no
+    critic is trained), ``loss`` their weighted sum, ``entropy`` the policy's mean entropy.
+    """
+
+    loss: SequenceSummaryStats
+    loss_actor: SequenceSummaryStats
+    loss_critic: SequenceSummaryStats
+    entropy: SequenceSummaryStats
+
+
+class PG(ActorCriticPolicy[PGTrainingStats]):
+    """REINFORCE for Discrete or Box actions; ``baseline=True`` learns ``V(s)`` as baseline.
+
+    ``normalize_advantage`` scales the advantages (the returns, without a baseline) of
+    each batch to mean 0 and std 1, as Tianshou's ``reward_normalization``. One optimizer
+    (Adam) trains the actor and, with a baseline, the critic on
+    ``loss_actor + vf_coef * loss_critic``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        lr: float = 1e-3,
+        gamma: float = 0.99,
+        baseline: bool = True,
+        vf_coef: float = 0.5,
+        normalize_advantage: bool = True,
+        max_grad_norm: float | None = None,
+        hidden: Sequence[int] = (64, 64),
+        lr_anneal_steps: int | None = None,
+        log_std_init: float = 0.0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            use_critic=baseline,
+            lr=lr,
+            gamma=gamma,
+            gae_lambda=1.0,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            normalize_advantage=normalize_advantage,
+            hidden=hidden,
+            lr_anneal_steps=lr_anneal_steps,
+            log_std_init=log_std_init,
+            device=device,
+        )
+        self.baseline = baseline
+        self.optimizers["pg"] = torch.optim.Adam(self.trainable_parameters(), lr=lr)
+
+    def learn(self, batch: Batch) -> PGTrainingStats:
+        """One gradient step of the REINFORCE loss (plus the baseline's MSE) on ``batch``."""
+        batch = batch.to(self.device)
+        obs = obs_tensor(batch.obs)
+        adv, ret = self.advantages(batch), batch.ret
+        assert ret is not None
+        logp, entropy = self.log_prob_entropy(obs, batch.act)
+        loss_actor = -(logp * adv).mean()
+        if self.critic is not None:
+            loss_critic = F.mse_loss(self.value(obs), ret)
+        else:
+            loss_critic = torch.zeros((), device=self.device)
+        loss = loss_actor + self.vf_coef * loss_critic
+        self.optimize("pg", loss, max_grad_norm=self.max_grad_norm)
+        single = SequenceSummaryStats.single
+        return PGTrainingStats(
+            loss=single(loss.item()),
+            loss_actor=single(loss_actor.item()),
+            loss_critic=single(loss_critic.item()),
+            entropy=single(entropy.mean().item()),
+        )

@@ -1,0 +1,318 @@
+"""SAC: soft actor-critic with twin critics and automatic entropy tuning, Box or Discrete.
+
+Papers: Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep
+Reinforcement Learning with a Stochastic Actor" (ICML) for the algorithm; Haarnoja et
+al. 2018, "Soft Actor-Critic Algorithms and Applications" (arXiv:1812.05905) for the
+clipped double-Q critics and the automatic tuning of the temperature ``alpha`` towards a
+target entropy (``-|A|`` for Box actions); Christodoulou 2019, "Soft Actor-Critic for
+Discrete Action Settings" (arXiv:1910.07207) for Discrete actions: a categorical actor,
+critics with one output per action, and targets, actor and temperature losses taken as
+exact expectations over the action distribution instead of sampled actions.
+
+Box actions: a Gaussian in pre-squash space, squashed by ``tanh`` into (-1, 1) and
+scaled to the Box bounds. Log-probabilities (and so entropies and the target entropy)
+are those of the squashed action in (-1, 1), as in Stable-Baselines3, so the same
+settings work whatever the bounds; the critics also see actions rescaled to (-1, 1).
+
+Data flow: the collector calls :meth:`SAC.act` (a sampled action; the tanh of the mean
+when deterministic); the off-policy trainer samples minibatches and calls
+:meth:`SAC.learn` once per gradient step: one critic step on the soft TD target, one
+actor step, one temperature step (when ``auto_alpha``), then a Polyak update of the
+target critics. :class:`SACBase` holds this machinery for SAC and for CQL
+(:mod:`epochtrain.algorithms.cql`), which adds a conservative penalty to the critic loss.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from abc import ABC
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update
+from epochtrain.stats import SequenceSummaryStats, TrainingStats
+
+__all__ = ["SAC", "SACBase", "SACTrainingStats", "TSACStats"]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_LOG_STD_MIN, _LOG_STD_MAX = -20.0, 2.0  # as Stable-Baselines3's SAC actor
+
+
+@dataclass(kw_only=True)
+class SACTrainingStats(TrainingStats):
+    """Stats of SAC gradient steps.
+
+    ``loss_critic`` is the soft TD loss (half the sum of the two critics' MSE),
+    ``loss_actor`` the actor's ``E[alpha * log pi - min Q]``, ``loss_alpha`` the
+    temperature loss (0 when ``alpha`` is fixed), ``alpha`` the temperature used in the
+    step, ``entropy`` the policy's mean entropy on the minibatch, ``q_mean`` the mean
+    Q-value of the dataset actions.
+    """
+
+    loss_critic: SequenceSummaryStats
+    loss_actor: SequenceSummaryStats
+    loss_alpha: SequenceSummaryStats
+    alpha: SequenceSummaryStats
+    entropy: SequenceSummaryStats
+    q_mean: SequenceSummaryStats
+
+
+TSACStats = TypeVar("TSACStats", bound=SACTrainingStats)
+
+
+def _tensor(obs: Obs) -> Tensor:
+    # flat_dim rejected dict observation spaces in the constructor
+    assert isinstance(obs, Tensor)
+    return obs
+
+
+class SACBase(Policy[TSACStats], ABC):
+    """Actor, twin critics, targets and temperature of SAC; leaves define ``learn``.
+
+    Box actions use :class:`~epochtrain.nets.QCritic` critics ``Q(s, a)``; Discrete
+    actions use critics with one output per action. ``alpha`` is the initial temperature
+    (kept fixed unless ``auto_alpha``); ``target_entropy`` defaults to ``-|A|`` for Box
+    actions and ``target_entropy_ratio * log(n)`` for ``n`` Discrete actions.
+    """
+
+    action_center: Tensor
+    action_half_range: Tensor
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        hidden: Sequence[int] = (256, 256),
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        alpha_lr: float = 3e-4,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        alpha: float = 1.0,
+        auto_alpha: bool = True,
+        target_entropy: float | None = None,
+        target_entropy_ratio: float = 0.98,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        bounds: tuple[Tensor, Tensor] | None = None
+        if not discrete:
+            try:
+                bounds = box_bounds(action_space)
+            except ValueError as exc:
+                raise ValueError(
+                    "action_space must be gymnasium.spaces.Discrete or a 1-d "
+                    f"gymnasium.spaces.Box with finite bounds for {type(self).__name__}, "
+                    f"got {action_space!r}"
+                ) from exc
+        for name, value in (
+            ("actor_lr", actor_lr),
+            ("critic_lr", critic_lr),
+            ("alpha_lr", alpha_lr),
+            ("alpha", alpha),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {tau!r}")
+        if not 0.0 < target_entropy_ratio < 1.0:
+            raise ValueError(
+                f"target_entropy_ratio must be in (0, 1) (a fraction of the maximum entropy "
+                f"log(n)), got {target_entropy_ratio!r}"
+            )
+        super().__init__(observation_space, action_space, device=device)
+        self.discrete = discrete
+        self.gamma, self.tau = gamma, tau
+        self.auto_alpha = auto_alpha
+        obs_dim = flat_dim(observation_space)
+        self.critics: nn.ModuleList
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.n_actions = int(action_space.n)
+            default_target = target_entropy_ratio * math.log(self.n_actions)
+            self.actor = MLP(obs_dim, self.n_actions, hidden, nn.ReLU)
+            self.critics = nn.ModuleList(
+                MLP(obs_dim, self.n_actions, hidden, nn.ReLU) for _ in range(2)
+            )
+        else:
+            assert bounds is not None
+            self.act_dim = int(bounds[0].shape[0])
+            default_target = -float(self.act_dim)
+            self.register_buffer("action_center", bounds[0])
+            self.register_buffer("action_half_range", bounds[1])
+            self.actor = MLP(obs_dim, 2 * self.act_dim, hidden, nn.ReLU)
+            self.critics = nn.ModuleList(QCritic(obs_dim, self.act_dim, hidden) for _ in range(2))
+        self.target_entropy = default_target if target_entropy is None else target_entropy
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)), requires_grad=auto_alpha)
+        """Log of the temperature; a parameter, so the state dict carries it."""
+        self.to(self.device)
+        self.optimizers["actor"] = torch.optim.Adam(
+            self.actor.parameters(), lr=actor_lr, fused=True
+        )
+        self.optimizers["critic"] = torch.optim.Adam(
+            self.critics.parameters(), lr=critic_lr, fused=True
+        )
+        if auto_alpha:
+            self.optimizers["alpha"] = torch.optim.Adam([self.log_alpha], lr=alpha_lr)
+
+    @property
+    def alpha(self) -> float:
+        """The current temperature ``exp(log_alpha)``."""
+        return float(self.log_alpha.detach().exp())
+
+    # ------------------------------------------------------------------ acting
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        """Sampled actions (or the most likely / the tanh of the mean); no extras."""
+        out = self.actor(_tensor(obs))
+        if self.discrete:
+            if deterministic:
+                return out.argmax(dim=-1), {}
+            return torch.multinomial(out.softmax(dim=-1), 1).squeeze(-1), {}
+        if deterministic:
+            return self.scale(torch.tanh(out[:, : self.act_dim])), {}
+        squashed, _ = self._squashed_sample(out)
+        return self.scale(squashed), {}
+
+    def scale(self, squashed: Tensor) -> Tensor:
+        """Map actions in (-1, 1) to the Box bounds."""
+        return self.action_center + self.action_half_range * squashed
+
+    def unscale(self, action: Tensor) -> Tensor:
+        """Map Box actions to (-1, 1), the scale the critics see."""
+        return (action.float() - self.action_center) / self.action_half_range
+
+    def _squashed_sample(self, out: Tensor) -> tuple[Tensor, Tensor]:
+        """Reparameterised ``tanh(u)``, ``u ~ N(mean, std)``, and its log-probability."""
+        mean, log_std = out.chunk(2, dim=-1)
+        log_std = log_std.clamp(_LOG_STD_MIN, _LOG_STD_MAX)
+        noise = torch.randn_like(mean)
+        u = mean + log_std.exp() * noise
+        logp_u = (-0.5 * noise.pow(2) - log_std - _LOG_SQRT_2PI).sum(dim=-1)
+        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|
+        log_det = (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=-1)
+        return torch.tanh(u), logp_u - log_det
+
+    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Box actions only: reparameterised actions in (-1, 1) and their log-probability."""
+        return self._squashed_sample(self.actor(obs))
+
+    def action_log_probs(self, obs: Tensor) -> Tensor:
+        """Discrete actions only: log-probabilities of every action, ``[batch, n]``."""
+        out: Tensor = self.actor(obs).log_softmax(dim=-1)
+        return out
+
+    # ----------------------------------------------------------------- critics
+    def q_values(self, obs: Tensor, act: Tensor, *, target: bool = False) -> Tensor:
+        """Both critics' ``Q(obs, act)``, ``[2, batch]``; Box ``act`` in (-1, 1)."""
+        critics = self.critics_target if target else self.critics
+        if self.discrete:
+            index = act.long().reshape(-1, 1)
+            return torch.stack([c(obs).gather(-1, index).squeeze(-1) for c in critics])
+        return torch.stack([c(obs, act) for c in critics])
+
+    def q_all(self, obs: Tensor, *, target: bool = False) -> Tensor:
+        """Discrete actions only: both critics' values of every action, ``[2, batch, n]``."""
+        critics = self.critics_target if target else self.critics
+        return torch.stack([c(obs) for c in critics])
+
+    @torch.no_grad()
+    def compute_target(self, batch: Batch) -> Tensor:
+        """Soft TD target ``r + gamma * (1 - terminated) * V(s')``.
+
+        ``V(s') = E_{a' ~ pi}[min_i Q_target_i(s', a') - alpha * log pi(a'|s')]``, one
+        sampled ``a'`` for Box actions, the exact expectation for Discrete ones. Only
+        termination cuts the bootstrap; truncated transitions bootstrap from ``obs_next``.
+        """
+        obs_next = _tensor(batch.obs_next)
+        alpha = self.log_alpha.exp()
+        if self.discrete:
+            logp = self.action_log_probs(obs_next)
+            q_next = self.q_all(obs_next, target=True).min(dim=0).values
+            v_next = (logp.exp() * (q_next - alpha * logp)).sum(dim=-1)
+        else:
+            act_next, logp_next = self.sample(obs_next)
+            q_next = self.q_values(obs_next, act_next, target=True).min(dim=0).values
+            v_next = q_next - alpha * logp_next
+        not_terminated = (~batch.terminated).to(v_next.dtype)
+        target: Tensor = batch.rew + self.gamma * not_terminated * v_next
+        return target
+
+    def critic_td_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Soft TD loss (half the sum of both critics' MSE) and ``Q(s, a)``, ``[2, batch]``."""
+        target = self.compute_target(batch)
+        act = batch.act if self.discrete else self.unscale(batch.act)
+        q = self.q_values(_tensor(batch.obs), act)
+        loss = 0.5 * (q - target.unsqueeze(0)).pow(2).mean(dim=-1).sum()
+        return loss, q
+
+    # ----------------------------------------------------- actor, temperature
+    def actor_alpha_step(self, obs: Tensor) -> tuple[float, float, float, float]:
+        """One actor step, then one temperature step when ``auto_alpha``.
+
+        Returns ``(loss_actor, loss_alpha, alpha, entropy)``; ``alpha`` is the temperature
+        the actor loss used. The temperature loss ``log_alpha * (H - target_entropy)``
+        raises ``alpha`` while the entropy ``H`` is below its target.
+        """
+        alpha_t = self.log_alpha.detach().exp()
+        self.critics.requires_grad_(False)  # the actor loss differentiates through Q only
+        if self.discrete:
+            logp = self.action_log_probs(obs)
+            probs = logp.exp()
+            with torch.no_grad():
+                q = self.q_all(obs).min(dim=0).values
+            loss_actor = (probs * (alpha_t * logp - q)).sum(dim=-1).mean()
+            entropy = -(probs * logp).sum(dim=-1).mean()
+        else:
+            act, logp_a = self.sample(obs)
+            q = self.q_values(obs, act).min(dim=0).values
+            loss_actor = (alpha_t * logp_a - q).mean()
+            entropy = -logp_a.mean()
+        self.critics.requires_grad_(True)
+        self.optimize("actor", loss_actor)
+        loss_alpha = 0.0
+        if self.auto_alpha:
+            alpha_loss = self.log_alpha * (entropy.detach() - self.target_entropy)
+            self.optimize("alpha", alpha_loss)
+            loss_alpha = alpha_loss.item()
+        return loss_actor.item(), loss_alpha, alpha_t.item(), entropy.item()
+
+    def update_targets(self) -> None:
+        """Polyak update of the target critics with rate ``tau``."""
+        soft_update(self.critics_target, self.critics, self.tau)
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """The twin critics and their target copies."""
+        return [(self.critics, self.critics_target)]
+
+
+class SAC(SACBase[SACTrainingStats]):
+    """Soft actor-critic for Box or Discrete actions (see :class:`SACBase` for settings)."""
+
+    def learn(self, batch: Batch) -> SACTrainingStats:
+        """One critic step, one actor step, one temperature step, one target update."""
+        batch = batch.to(self.device)
+        loss_critic, q = self.critic_td_loss(batch)
+        self.optimize("critic", loss_critic)
+        loss_actor, loss_alpha, alpha, entropy = self.actor_alpha_step(_tensor(batch.obs))
+        self.update_targets()
+        single = SequenceSummaryStats.single
+        return SACTrainingStats(
+            loss_critic=single(loss_critic.item()),
+            loss_actor=single(loss_actor),
+            loss_alpha=single(loss_alpha),
+            alpha=single(alpha),
+            entropy=single(entropy),
+            q_mean=single(q.detach().mean().item()),
+        )

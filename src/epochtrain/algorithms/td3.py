@@ -1,0 +1,104 @@
+"""TD3: twin delayed deep deterministic policy gradient for continuous (Box) actions.
+
+Paper: Fujimoto, van Hoof & Meger 2018, "Addressing Function Approximation Error in
+Actor-Critic Methods" (ICML). Three changes to DDPG: clipped double-Q learning (two
+critics, the target takes their minimum), target policy smoothing (clipped Gaussian noise
+on the target action) and delayed updates of the actor and of all target networks.
+
+Data flow: the collector calls :meth:`TD3.act` (actor + Gaussian noise, clipped to the
+Box); the off-policy trainer samples minibatches from the replay buffer and calls
+:meth:`TD3.learn` once per gradient step:
+
+1. ``a' = clip(pi'(s') + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``;
+2. both critics minimise ``(Q_i(s, a) - (r + gamma * (1 - terminated) * min_j Q'_j(s', a')))^2``;
+3. every ``policy_delay`` critic steps: the actor minimises ``-Q_1(s, pi(s))``, then
+   every target network takes a Polyak step with ``tau``.
+
+Noise scales are fractions of the action half-range (the paper's actions lie in
+``[-1, 1]``, so its 0.2 and 0.5 keep their meaning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from epochtrain.algorithms.ddpg import DDPGTrainingStats
+from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
+from epochtrain.data.batch import Batch
+from epochtrain.stats import SequenceSummaryStats
+
+__all__ = ["TD3", "TD3TrainingStats"]
+
+
+@dataclass(kw_only=True)
+class TD3TrainingStats(DDPGTrainingStats):
+    """Stats of TD3 gradient steps (the DDPG fields, ``loss_critic`` summed over twins).
+
+    ``actor_updated`` is 1 for steps that updated the actor and the targets, else 0; its
+    mean over an update is the share of delayed actor steps.
+    """
+
+    actor_updated: SequenceSummaryStats
+
+
+class TD3(DeterministicActorCritic[TD3TrainingStats]):
+    """TD3 for a 1-d bounded Box action space.
+
+    ``exploration_noise``, ``policy_noise`` and ``noise_clip`` are fractions of the
+    action half-range; ``policy_delay`` counts critic steps per actor (and target) step.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        hidden: Sequence[int] = (256, 256),
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        exploration_noise: float = 0.1,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        policy_delay: int = 2,
+        max_grad_norm: float | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            hidden=hidden,
+            actor_lr=actor_lr,
+            critic_lr=critic_lr,
+            gamma=gamma,
+            tau=tau,
+            exploration_noise=exploration_noise,
+            n_critics=2,
+            policy_noise=policy_noise,
+            noise_clip=noise_clip,
+            policy_delay=policy_delay,
+            max_grad_norm=max_grad_norm,
+            device=device,
+        )
+
+    def learn(self, batch: Batch) -> TD3TrainingStats:
+        """One step of both critics; every ``policy_delay`` steps also actor and targets."""
+        batch, obs, act, obs_next = self.prepare(batch)
+        loss_critic, q_mean = self.update_critics(batch, obs, act, obs_next)
+        due = self.actor_due()
+        with torch.set_grad_enabled(due):
+            loss_actor = -self.actor_q(obs).mean()
+        if due:
+            self.update_actor(loss_actor)
+        return TD3TrainingStats(
+            loss_actor=SequenceSummaryStats.single(loss_actor.item()),
+            loss_critic=SequenceSummaryStats.single(loss_critic),
+            q_mean=SequenceSummaryStats.single(q_mean),
+            actor_updated=SequenceSummaryStats.single(float(due)),
+        )

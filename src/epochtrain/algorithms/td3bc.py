@@ -1,0 +1,178 @@
+"""TD3+BC: offline TD3 with a behaviour-cloning term in the actor loss.
+
+Paper: Fujimoto & Gu 2021, "A Minimalist Approach to Offline Reinforcement Learning"
+(NeurIPS). Two changes to TD3 (Fujimoto, van Hoof & Meger 2018): the actor minimises
+``-lambda * Q_1(s, pi(s)) + (pi(s) - a)^2`` with ``lambda = alpha / mean|Q_1(s, pi(s))|``
+(the mean over the minibatch, not differentiated), and states are normalised with the
+dataset's per-feature mean and standard deviation (``+ 1e-3``).
+
+Data flow: the offline trainer samples minibatches from the fixed dataset buffer, hands
+each to :meth:`TD3BC.process_sample` (which, with ``normalize_obs``, computes the
+dataset's state statistics once from the whole buffer unless :meth:`compute_obs_stats`
+was called already) and then to :meth:`TD3BC.learn`: one step of both critics towards
+the smoothed clipped double-Q target, and every ``policy_delay`` steps one actor step and
+Polyak updates of the targets. :meth:`TD3BC.act` normalises observations with the same
+statistics, which travel in the ``state_dict``. Actions are compared in units of the
+action half-range (the paper's D4RL actions lie in ``[-1, 1]``, so ``alpha = 2.5`` keeps
+its meaning for other bounds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
+from epochtrain.algorithms.td3 import TD3TrainingStats
+from epochtrain.data.batch import Batch, Obs
+from epochtrain.stats import SequenceSummaryStats
+
+if TYPE_CHECKING:
+    from epochtrain.data.buffer import ReplayBuffer
+
+__all__ = ["TD3BC", "TD3BCTrainingStats"]
+
+OBS_STD_EPS = 1e-3
+"""Added to the dataset's state standard deviation, as in the paper's code."""
+
+
+@dataclass(kw_only=True)
+class TD3BCTrainingStats(TD3TrainingStats):
+    """Stats of TD3+BC gradient steps.
+
+    ``loss_actor`` is ``-lambda * mean Q_1(s, pi(s)) + loss_bc``; ``loss_bc`` is the mean
+    squared difference between the actor's and the dataset's actions in half-range units;
+    ``lmbda`` is ``alpha / mean|Q_1(s, pi(s))|``.
+    """
+
+    loss_bc: SequenceSummaryStats
+    lmbda: SequenceSummaryStats
+
+
+class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
+    """TD3+BC for a 1-d bounded Box action space, trained on a fixed dataset.
+
+    ``alpha`` weighs the RL term against behaviour cloning (0 gives pure BC with a TD3
+    critic). ``normalize_obs``: normalise states with the dataset's statistics (computed
+    from the buffer on the first sampled batch, or by :meth:`compute_obs_stats`). Acting
+    is deterministic: there is no exploration offline.
+    """
+
+    obs_mean: Tensor
+    obs_std: Tensor
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        alpha: float = 2.5,
+        normalize_obs: bool = True,
+        hidden: Sequence[int] = (256, 256),
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        policy_delay: int = 2,
+        max_grad_norm: float | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if not alpha >= 0:
+            raise ValueError(f"alpha must be >= 0 (0 = behaviour cloning only), got {alpha!r}")
+        super().__init__(
+            observation_space,
+            action_space,
+            hidden=hidden,
+            actor_lr=actor_lr,
+            critic_lr=critic_lr,
+            gamma=gamma,
+            tau=tau,
+            exploration_noise=0.0,
+            n_critics=2,
+            policy_noise=policy_noise,
+            noise_clip=noise_clip,
+            policy_delay=policy_delay,
+            max_grad_norm=max_grad_norm,
+            device=device,
+        )
+        self.alpha = alpha
+        self.normalize_obs = normalize_obs
+        shape = observation_space.shape or ()
+        self.register_buffer("obs_mean", torch.zeros(shape, device=self.device))
+        self.register_buffer("obs_std", torch.ones(shape, device=self.device))
+        self.obs_stats_ready = False
+        """Whether ``obs_mean``/``obs_std`` hold the dataset's statistics (state dict)."""
+
+    # ------------------------------------------------------- state normalisation
+    @torch.no_grad()
+    def compute_obs_stats(self, buffer: ReplayBuffer) -> None:
+        """Set ``obs_mean``/``obs_std`` from every valid transition in ``buffer``.
+
+        Reads the whole buffer once (O(buffer)); the trainer's first sample triggers it
+        when ``normalize_obs`` is on and it has not been called.
+        """
+        data = buffer.rollout()
+        obs = data.obs
+        assert isinstance(obs, Tensor)  # flat_dim rejected dict spaces in the constructor
+        if data.valid is not None:
+            obs = obs[data.valid]
+        obs = obs.reshape(-1, *self.obs_mean.shape).to(self.device, torch.float32)
+        self.obs_mean.copy_(obs.mean(dim=0))
+        self.obs_std.copy_(obs.std(dim=0, unbiased=False) + OBS_STD_EPS)
+        self.obs_stats_ready = True
+
+    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
+        """Compute the dataset's state statistics on the first batch (``normalize_obs``)."""
+        if self.normalize_obs and not self.obs_stats_ready:
+            self.compute_obs_stats(buffer)
+        return batch
+
+    def preprocess_obs(self, obs: Obs) -> Tensor:
+        """``(obs - obs_mean) / obs_std`` with ``normalize_obs``, else ``obs`` as is."""
+        obs = super().preprocess_obs(obs)
+        if not self.normalize_obs:
+            return obs
+        return (obs.to(self.obs_mean.dtype) - self.obs_mean) / self.obs_std
+
+    # ---------------------------------------------------------------- learning
+    def learn(self, batch: Batch) -> TD3BCTrainingStats:
+        """One step of both critics; every ``policy_delay`` steps also actor and targets."""
+        batch, obs, act, obs_next = self.prepare(batch)
+        loss_critic, q_mean = self.update_critics(batch, obs, act, obs_next)
+        due = self.actor_due()
+        with torch.set_grad_enabled(due):
+            pi = self.pi(obs)
+            q = self.critics[0](obs, pi)
+            lmbda = self.alpha / q.abs().mean().detach().clamp_min(1e-8)
+            loss_bc = F.mse_loss(pi, act)
+            loss_actor = -lmbda * q.mean() + loss_bc
+        if due:
+            self.update_actor(loss_actor)
+        return TD3BCTrainingStats(
+            loss_actor=SequenceSummaryStats.single(loss_actor.item()),
+            loss_critic=SequenceSummaryStats.single(loss_critic),
+            q_mean=SequenceSummaryStats.single(q_mean),
+            actor_updated=SequenceSummaryStats.single(float(due)),
+            loss_bc=SequenceSummaryStats.single(loss_bc.item()),
+            lmbda=SequenceSummaryStats.single(lmbda.item()),
+        )
+
+    # ------------------------------------------------------------- persisting
+    def get_extra_state(self) -> dict[str, Any]:
+        """Optimizer states, the critic-step counter and whether state stats are set."""
+        state = super().get_extra_state()
+        state["obs_stats_ready"] = self.obs_stats_ready
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_extra_state` returned."""
+        super().set_extra_state(state)
+        self.obs_stats_ready = bool(state["obs_stats_ready"])

@@ -1,0 +1,204 @@
+"""Built-in hooks that change the data learned from: normalisers and minibatch sub-sampling.
+
+``ObservationNormalizer`` and ``RewardNormalizer`` keep running statistics (mean and
+variance, Chan et al.'s parallel update, float64) of the training data, as
+Stable-Baselines3's ``VecNormalize`` and gymnasium's ``NormalizeObservation`` /
+``NormalizeReward`` do; their statistics are hook state, saved in checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from epochtrain.data.batch import Batch
+from epochtrain.trainer.hooks import TrainerHook, online_collector
+from epochtrain.trainer.onpolicy import OnpolicyTrainer
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.base import BaseTrainer
+
+__all__ = ["BatchSubSampler", "ObservationNormalizer", "RewardNormalizer", "RunningMeanStd"]
+
+
+class RunningMeanStd:
+    """Running mean and variance of arrays shaped ``shape``."""
+
+    def __init__(self, shape: tuple[int, ...] = ()) -> None:
+        self.mean = np.zeros(shape)
+        self.var = np.ones(shape)
+        self.count = 1e-4  # as Stable-Baselines3: no division by zero before the first data
+
+    def update(self, x: np.ndarray) -> None:
+        """Fold the rows of ``x`` (shape ``[n, *shape]``) into the statistics."""
+        if len(x) == 0:
+            return
+        batch_mean, batch_var, n = x.mean(axis=0), x.var(axis=0), len(x)
+        delta, total = batch_mean - self.mean, self.count + n
+        self.mean = self.mean + delta * n / total
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total
+        self.var, self.count = m2 / total, total
+
+    def state_dict(self) -> dict[str, Any]:
+        """Mean, variance and count."""
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.mean = np.array(state["mean"], dtype=np.float64)
+        self.var = np.array(state["var"], dtype=np.float64)
+        self.count = float(state["count"])
+
+
+def _check_clip(clip: float | None) -> None:
+    if clip is not None and not clip > 0:
+        raise ValueError(f"clip must be positive or None, got {clip!r}")
+
+
+class ObservationNormalizer(TrainerHook):
+    """Normalise observations to ``(obs - mean) / sqrt(var + epsilon)``, clipped to
+    ``[-clip, clip]``, with running statistics of the training observations.
+
+    It sets the collectors' ``obs_transform``: the policy acts on, and the buffer stores,
+    normalised observations. The test collector uses the training statistics and never
+    updates them. Box observation spaces only; online trainers only.
+    """
+
+    def __init__(self, *, epsilon: float = 1e-8, clip: float | None = 10.0) -> None:
+        _check_clip(clip)
+        self.epsilon, self.clip = epsilon, clip
+        self.rms = RunningMeanStd()
+
+    def register(self, trainer: BaseTrainer[Any]) -> None:
+        """Install the transforms on the training and test collectors."""
+        collector = online_collector(trainer, "ObservationNormalizer")
+        space = collector.env.single_observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise ValueError(f"ObservationNormalizer needs a Box observation space, got {space!r}")
+        self.rms = RunningMeanStd(tuple(space.shape))
+        collector.obs_transform = self._train_transform
+        if trainer.test_collector is not None:
+            trainer.test_collector.obs_transform = self._test_transform
+
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` normalised with the current statistics (float32)."""
+        out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.epsilon)
+        if self.clip is not None:
+            out = np.clip(out, -self.clip, self.clip)
+        return out.astype(np.float32)
+
+    def _train_transform(self, obs: np.ndarray, update: bool) -> np.ndarray:
+        if update:
+            self.rms.update(np.asarray(obs, dtype=np.float64))
+        return self.normalize(obs)
+
+    def _test_transform(self, obs: np.ndarray, update: bool) -> np.ndarray:
+        return self.normalize(obs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running statistics."""
+        return {"rms": self.rms.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the running statistics."""
+        self.rms.load_state_dict(state["rms"])
+
+    def reset(self) -> None:
+        """Forget the statistics."""
+        self.rms = RunningMeanStd(self.rms.mean.shape)
+
+
+class RewardNormalizer(TrainerHook):
+    """Scale rewards by the running standard deviation of the discounted return
+    (``rew / sqrt(var(ret) + epsilon)``, clipped to ``[-clip, clip]``); no mean is
+    subtracted, so the sign of every reward is kept.
+
+    The statistics update from each collect step's rows (``batch_process``). On-policy
+    the rollout is scaled there, before advantages are computed; off-policy the buffer
+    keeps raw rewards and each sampled minibatch is scaled with the current statistics
+    (``process_optim_batch``). Online trainers only.
+    """
+
+    def __init__(
+        self, *, gamma: float = 0.99, epsilon: float = 1e-8, clip: float | None = 10.0
+    ) -> None:
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        _check_clip(clip)
+        self.gamma, self.epsilon, self.clip = gamma, epsilon, clip
+        self.rms = RunningMeanStd()
+        self.returns = np.zeros(0)
+
+    def register(self, trainer: BaseTrainer[Any]) -> None:
+        """Update (and on-policy scale) at ``batch_process``; off-policy scale at
+        ``process_optim_batch``."""
+        collector = online_collector(trainer, "RewardNormalizer")
+        self.returns = np.zeros(collector.num_envs)
+        if isinstance(trainer, OnpolicyTrainer):
+            trainer.register_op("batch_process", self._update_and_scale)
+        else:
+            trainer.register_op("batch_process", self._update)
+            trainer.register_op("process_optim_batch", self.scale)
+
+    def _update(self, batch: Batch) -> Batch:
+        rew = batch.rew.double().cpu().numpy()
+        done = batch.done.cpu().numpy()
+        valid = np.ones_like(done) if batch.valid is None else batch.valid.cpu().numpy()
+        seen = []
+        for t in range(rew.shape[0]):
+            v = valid[t]
+            self.returns[v] = self.returns[v] * self.gamma + rew[t, v]
+            seen.append(self.returns[v])
+            self.returns[v & done[t]] = 0.0
+        self.rms.update(np.concatenate(seen))
+        return batch
+
+    def _update_and_scale(self, batch: Batch) -> Batch:
+        return self.scale(self._update(batch))
+
+    def scale(self, batch: Batch) -> Batch:
+        """``batch`` with its rewards scaled by the current statistics."""
+        rew = batch.rew / float(np.sqrt(self.rms.var + self.epsilon))
+        if self.clip is not None:
+            rew = rew.clamp(-self.clip, self.clip)
+        return dataclasses.replace(batch, rew=rew)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running statistics and each env's running discounted return."""
+        return {"rms": self.rms.state_dict(), "returns": self.returns.copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the statistics and running returns."""
+        self.rms.load_state_dict(state["rms"])
+        self.returns = np.array(state["returns"], dtype=np.float64)
+
+    def reset(self) -> None:
+        """Forget the statistics."""
+        self.rms = RunningMeanStd()
+        self.returns = np.zeros_like(self.returns)
+
+
+class BatchSubSampler(TrainerHook):
+    """Learn from a random subset of ``batch_size`` transitions of each minibatch
+    (``process_optim_batch``; drawn from torch's generator, which the trainer owns)."""
+
+    def __init__(self, batch_size: int) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.batch_size = batch_size
+
+    def register(self, trainer: BaseTrainer[Any]) -> None:
+        """Sub-sample at ``process_optim_batch``."""
+        trainer.register_op("process_optim_batch", self._subsample)
+
+    def _subsample(self, batch: Batch) -> Batch:
+        n = len(batch)
+        if n <= self.batch_size:
+            return batch
+        index = torch.randperm(n, device=batch.rew.device)[: self.batch_size]
+        return batch[index]

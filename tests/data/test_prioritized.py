@@ -1,0 +1,228 @@
+"""PrioritizedReplayBuffer: sum tree, proportional sampling, weights, priorities, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from epochtrain.data import PrioritizedReplayBuffer, ReplayBuffer, SumTree
+
+
+def _row(t: int, num_envs: int, valid: np.ndarray | None = None) -> dict[str, Any]:
+    """Row ``t``: obs ``[t, env]``, rew ``10 t + env``; never ends an episode."""
+    env = np.arange(num_envs)
+    obs = np.stack([np.full(num_envs, t), env], axis=1).astype(np.float32)
+    return {
+        "obs": obs,
+        "act": env.copy(),
+        "rew": 10.0 * t + env,
+        "terminated": np.zeros(num_envs, dtype=bool),
+        "truncated": np.zeros(num_envs, dtype=bool),
+        "obs_next": obs + np.array([1, 0], dtype=np.float32),
+        "valid": valid,
+    }
+
+
+def _filled(capacity: int, num_envs: int, n_rows: int, **kwargs: Any) -> PrioritizedReplayBuffer:
+    buf = PrioritizedReplayBuffer(capacity, num_envs, **kwargs)
+    for t in range(n_rows):
+        buf.add(**_row(t, num_envs))
+    return buf
+
+
+# ----------------------------------------------------------------------- sum tree
+def test_sum_tree_sums_and_finds_like_a_cumulative_sum() -> None:
+    rng = np.random.default_rng(0)
+    tree = SumTree(13)  # not a power of two: padded leaves stay 0
+    values = rng.uniform(0.0, 5.0, size=13)
+    values[[2, 7]] = 0.0
+    tree.update(np.arange(13), values)
+    assert tree.total == pytest.approx(values.sum())
+    prefix = rng.uniform(0.0, tree.total, size=1000)
+    expected = np.searchsorted(np.cumsum(values), prefix, side="right")
+    assert np.array_equal(tree.find(prefix), expected)
+
+
+def test_sum_tree_repeated_updates_keep_the_last_and_match_a_rebuild() -> None:
+    rng = np.random.default_rng(1)
+    tree, rebuilt = SumTree(100), SumTree(100)
+    for _ in range(50):
+        index = rng.integers(0, 100, size=16)  # repeats included
+        tree.update(index, rng.uniform(0.0, 3.0, size=16))
+    tree.update(np.array([5, 5]), np.array([1.0, 2.0]))
+    assert tree.leaves[5] == 2.0
+    rebuilt.set_all(tree.leaves.copy())
+    assert np.array_equal(tree.nodes, rebuilt.nodes)  # bit for bit: exact resume
+
+
+def test_sum_tree_never_finds_a_zero_leaf_even_at_the_top_of_the_range() -> None:
+    tree = SumTree(6)
+    tree.update(np.arange(6), np.array([0.1, 0.0, 0.2, 0.0, 0.3, 0.0]))
+    top = np.nextafter(tree.total, 0.0)
+    prefix = np.array([0.0, 0.1, 0.1 + 1e-17, 0.3, top, tree.total * (1 + 1e-12)])
+    found = tree.find(prefix)
+    assert np.all(tree.leaves[found] > 0)
+    assert found.tolist()[:2] == [0, 2] and found[-1] == 4
+
+
+def test_single_leaf_tree() -> None:
+    tree = SumTree(1)
+    tree.update(np.array([0]), np.array([2.5]))
+    assert tree.total == 2.5 and tree.find(np.array([0.0, 2.4])).tolist() == [0, 0]
+
+
+# ----------------------------------------------------------------------- writing
+def test_new_transitions_get_the_max_priority_and_invalid_ones_zero() -> None:
+    buf = PrioritizedReplayBuffer(8, 2, alpha=0.5)
+    buf.add(**_row(0, 2))
+    buf.add(**_row(1, 2, valid=np.array([True, False])))
+    assert buf.priorities(torch.arange(4)).tolist() == [1.0, 1.0, 1.0, 0.0]
+    buf.update_priorities(torch.tensor([0]), torch.tensor([8.0]))
+    assert buf.max_priority == pytest.approx(8.0 + buf.eps)
+    buf.add(**_row(2, 2))
+    expected_new = (8.0 + buf.eps) ** 0.5
+    assert buf.priorities(torch.tensor([0, 4, 5])).tolist() == pytest.approx(
+        [expected_new, expected_new, expected_new]
+    )
+    assert buf.n_added == 5
+
+
+def test_overwritten_rows_lose_their_old_priority() -> None:
+    buf = _filled(capacity=4, num_envs=2, n_rows=2, alpha=1.0)  # 2 rows
+    buf.update_priorities(torch.tensor([0, 1, 2, 3]), torch.tensor([0.5, 0.5, 0.5, 4.0]))
+    buf.add(**_row(2, 2, valid=np.array([False, True])))  # overwrites row 0
+    p = buf.priorities(torch.arange(4))
+    assert p.tolist() == pytest.approx([0.0, 4.0 + buf.eps, 0.5 + buf.eps, 4.0 + buf.eps])
+    for t in range(3, 9):  # more rows than the ring holds between two reads
+        buf.add(**_row(t, 2))
+    assert buf.priorities(torch.arange(4)).tolist() == pytest.approx([4.0 + buf.eps] * 4)
+    assert buf.tree.total == pytest.approx(4 * (4.0 + buf.eps))
+
+
+# ----------------------------------------------------------------------- sampling
+def test_sampling_is_proportional_to_priority_and_skips_invalid_rows() -> None:
+    buf = PrioritizedReplayBuffer(10, 2, alpha=1.0)
+    for t in range(5):
+        buf.add(**_row(t, 2, valid=np.array([t != 3, True])))
+    index = torch.tensor([0, 1, 2, 3, 4, 5, 8, 9])
+    td = torch.tensor([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]) - buf.eps
+    buf.update_priorities(index, td)
+    torch.manual_seed(0)
+    counts = np.zeros(10)
+    for _ in range(200):
+        batch = buf.sample(100)
+        assert batch.index is not None
+        counts += np.bincount(batch.index.numpy(), minlength=10)
+    assert counts[6] == 0  # the invalid row t = 3, env 0
+    p = np.array([1, 2, 3, 4, 1, 2, 0, 1, 3, 4], dtype=float)  # row 3 env 1 kept its max 1
+    assert counts / counts.sum() == pytest.approx(p / p.sum(), abs=0.01)
+
+
+def test_importance_weights_are_normalised_by_the_batch_maximum() -> None:
+    buf = _filled(capacity=4, num_envs=1, n_rows=4, alpha=1.0, beta=0.5, beta_anneal_steps=0)
+    buf.beta_anneal_steps = 10**9  # beta stays at 0.5 over the 4 added transitions
+    buf.update_priorities(torch.arange(4), torch.tensor([1.0, 4.0, 9.0, 16.0]) - buf.eps)
+    torch.manual_seed(0)
+    batch = buf.sample(200)
+    assert batch.index is not None and batch.weight is not None
+    assert batch.weight.dtype == torch.float32
+    # (N P(i))^-beta / max_j (N P(j))^-beta = sqrt(p_min / p_i) over the sampled p
+    p = torch.tensor([1.0, 4.0, 9.0, 16.0])[batch.index]
+    assert torch.allclose(batch.weight, (p.min() / p).sqrt())
+    assert float(batch.weight.max()) == pytest.approx(1.0)
+
+
+def test_beta_anneals_linearly_to_one_over_added_transitions() -> None:
+    buf = PrioritizedReplayBuffer(100, 2, beta=0.4, beta_anneal_steps=10)
+    assert buf.beta == pytest.approx(0.4)
+    buf.add(**_row(0, 2))
+    buf.add(**_row(1, 2, valid=np.array([True, False])))  # the reset step does not count
+    assert buf.n_added == 3 and buf.beta == pytest.approx(0.4 + 0.6 * 0.3)
+    for t in range(2, 10):
+        buf.add(**_row(t, 2))
+    assert buf.beta == 1.0
+    assert PrioritizedReplayBuffer(4, beta_anneal_steps=0).beta == 1.0
+
+
+def test_update_priorities_checks_its_input() -> None:
+    buf = _filled(capacity=4, num_envs=1, n_rows=2)
+    with pytest.raises(ValueError, match="td_abs"):
+        buf.update_priorities(torch.tensor([0, 1]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="NaN"):
+        buf.update_priorities(torch.tensor([0]), torch.tensor([float("nan")]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"alpha": -0.1}, "alpha"),
+        ({"beta": 1.5}, "beta"),
+        ({"beta_anneal_steps": -1}, "beta_anneal_steps"),
+        ({"eps": 0.0}, "eps"),
+    ],
+)
+def test_constructor_rejects_bad_settings(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        PrioritizedReplayBuffer(8, 2, **kwargs)
+
+
+def test_clear_forgets_priorities_and_the_beta_schedule() -> None:
+    buf = _filled(capacity=8, num_envs=2, n_rows=3, beta_anneal_steps=10)
+    buf.update_priorities(torch.tensor([0]), torch.tensor([5.0]))
+    buf.clear()
+    assert (buf.n_added, buf.max_priority, buf.tree.total, len(buf)) == (0, 1.0, 0.0, 0)
+    buf.add(**_row(0, 2))
+    assert buf.priorities(torch.arange(4)).tolist() == [1.0, 1.0, 0.0, 0.0]
+
+
+# --------------------------------------------------------------------- persisting
+def _sample_sequence(buf: PrioritizedReplayBuffer, seed: int) -> list[list[int]]:
+    torch.manual_seed(seed)
+    out = []
+    for k in range(5):
+        batch = buf.sample(8)
+        assert batch.index is not None
+        out.append(batch.index.tolist())
+        buf.update_priorities(batch.index, torch.arange(8.0) + k)
+        buf.add(**_row(20 + k, 2))
+    return out
+
+
+def test_state_dict_round_trip_resumes_exactly() -> None:
+    buf = _filled(capacity=12, num_envs=2, n_rows=9, alpha=0.7, beta=0.3, beta_anneal_steps=50)
+    buf.update_priorities(torch.tensor([0, 3, 5]), torch.tensor([2.0, 0.1, 7.0]))
+    buf.add(**_row(9, 2))  # pending when the state is taken
+    copy = PrioritizedReplayBuffer(12, 2)  # settings come from the state
+    copy.load_state_dict(buf.state_dict())
+    assert (copy.alpha, copy.beta_start, copy.beta_anneal_steps) == (0.7, 0.3, 50)
+    assert (copy.n_added, copy.max_priority, copy.beta) == (buf.n_added, buf.max_priority, buf.beta)
+    assert np.array_equal(copy.tree.nodes, buf.tree.nodes)
+    assert _sample_sequence(copy, 3) == _sample_sequence(buf, 3)
+    assert np.array_equal(copy.tree.nodes, buf.tree.nodes)
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    buf = _filled(capacity=8, num_envs=2, n_rows=6, alpha=0.5)
+    buf.update_priorities(torch.tensor([1, 2]), torch.tensor([3.0, 0.0]))
+    path = tmp_path / "per.pt"
+    buf.save(path)
+    loaded = PrioritizedReplayBuffer.load(path)
+    assert isinstance(loaded, PrioritizedReplayBuffer) and loaded.alpha == 0.5
+    assert np.array_equal(loaded.tree.nodes, buf.tree.nodes)
+    plain = ReplayBuffer.load(path)  # the plain buffer reads the same file
+    assert torch.equal(plain.rollout().rew, buf.rollout().rew)
+    assert _sample_sequence(loaded, 0) == _sample_sequence(buf, 0)
+
+
+def test_a_plain_buffer_file_loads_with_uniform_max_priorities(tmp_path: Path) -> None:
+    plain = ReplayBuffer(8, 2)
+    for t in range(3):
+        plain.add(**_row(t, 2, valid=np.array([True, t != 1])))
+    plain.save(tmp_path / "plain.pt")
+    buf = PrioritizedReplayBuffer.load(tmp_path / "plain.pt")
+    assert buf.priorities(torch.arange(8)).tolist() == [1, 1, 1, 0, 1, 1, 0, 0]
+    assert buf.n_added == buf.n_valid == 5

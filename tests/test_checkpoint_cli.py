@@ -1,0 +1,49 @@
+"""`epochtrain train --resume PATH` continues a run; `epochtrain eval PATH` tests its policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from epochtrain.checkpoint import find_checkpoints
+from epochtrain.cli import main
+
+TRAIN = ["train", "--algo", "ppo", "--step-per-epoch", "256", "--no-progress", "--quiet"]
+
+
+def test_train_checkpoints_then_resume_continues_the_same_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*TRAIN, "--max-epoch", "1", "--logdir", str(tmp_path), "--stop-at", "1e9"]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    ckpt_dir = run_dir / "checkpoints"
+    assert [p.name for p in find_checkpoints(ckpt_dir)] == ["epoch_000001"]
+    capsys.readouterr()
+
+    resume = [*TRAIN, "--max-epoch", "2", "--logdir", str(tmp_path), "--stop-at", "1e9"]
+    assert main([*resume, "--resume", str(ckpt_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "Finished (max_epoch) after 2 epochs" in out
+    assert list(tmp_path.iterdir()) == [run_dir]  # the logs continue in the same run dir
+    assert [p.name for p in find_checkpoints(ckpt_dir)] == ["epoch_000001", "epoch_000002"]
+
+    assert main(["eval", str(ckpt_dir), "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "ppo on CartPole-v1" in out and "epoch 2" in out and "over 3 episodes" in out
+
+
+def test_resume_and_eval_errors_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main([*TRAIN, "--max-epoch", "1", "--logdir", "", "--checkpoint-dir", str(tmp_path)]) == 0
+    )
+    capsys.readouterr()
+    wrong = ["train", "--algo", "dqn", "--logdir", "", "--resume", str(tmp_path)]
+    assert main(wrong) == 2
+    assert "the checkpoint's run has algo='ppo', not 'dqn'" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "missing")]) == 2
+    assert "holds no complete checkpoint" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path), "--episodes", "0"]) == 2
+    assert "--episodes must be >= 1" in capsys.readouterr().err

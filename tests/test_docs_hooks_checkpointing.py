@@ -1,0 +1,48 @@
+"""The python blocks of docs/hooks.md and docs/checkpointing.md run as written
+(in order, each page in one namespace, inside a temporary working directory)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def python_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.DOTALL)
+
+
+@pytest.mark.parametrize("page", ["hooks.md", "checkpointing.md"])
+def test_doc_python_blocks_run(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks(page)
+    assert len(blocks) >= 3
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, str(DOCS / page), "exec"), namespace)
+    assert capsys.readouterr().out
+
+
+def test_hooks_doc_covers_every_point_and_builtin() -> None:
+    import epochtrain.trainer as trainer_pkg
+    from epochtrain.trainer import HOOK_POINTS, TrainerHook
+
+    text = (DOCS / "hooks.md").read_text()
+    for point in HOOK_POINTS:
+        assert f"| `{point}` |" in text, point
+    builtins = [
+        name
+        for name in trainer_pkg.__all__
+        if isinstance(getattr(trainer_pkg, name), type)
+        and issubclass(getattr(trainer_pkg, name), TrainerHook)
+        and name != "TrainerHook"
+    ]
+    assert len(builtins) == 10
+    for name in builtins:
+        assert f"| `{name}(" in text, name
+        assert re.search(rf"```python\n[^`]*\b{name}\(", text), f"no example of {name}"
