@@ -125,3 +125,27 @@ def test_collect_command_errors_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "x.buf").exists()
+
+
+def test_collect_from_a_checkpoint_records_that_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from epochtrain.checkpoint import load_policy
+    from epochtrain.factory import make_trainer
+
+    ckpts = tmp_path / "ckpts"
+    train = ["train", "--algo", "ppo", "--step-per-epoch", "256", "--max-epoch", "1"]
+    train += ["--no-progress", "--quiet", "--logdir", "", "--checkpoint-dir", str(ckpts)]
+    assert main(train) == 0
+    out = tmp_path / "ckpt.buf"
+    argv = ["collect", "--env", "CartPole-v1", "--checkpoint", str(ckpts), "--deterministic"]
+    assert main([*argv, "--steps", "300", "--out", str(out)]) == 0
+    assert "from" in json.loads(out.with_name("ckpt.buf.json").read_text())["policy"]
+    policy = make_trainer("ppo", "CartPole-v1", seed=123).policy
+    load_policy(policy, ckpts)
+    batch = ReplayBuffer.load(out).rollout().flatten()
+    assert torch.equal(policy.act(batch.obs, deterministic=True)[0], batch.act)
+    capsys.readouterr()
+    wrong_env = ["collect", "--env", "Acrobot-v1", "--checkpoint", str(ckpts), "--steps", "9"]
+    assert main([*wrong_env, "--out", str(tmp_path / "w.buf")]) == 2
+    assert "trained on CartPole-v1" in capsys.readouterr().err

@@ -141,6 +141,7 @@ def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     collect.add_argument("--steps", type=int, required=True, help="env steps to record")
     collect.add_argument("--out", required=True, help="buffer file to write (plus OUT.json)")
     source = collect.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="record the policy of this checkpoint (or dir)")
     source.add_argument("--algo", choices=_algos(), help="train this algorithm first, then record")
     source.add_argument("--random", action="store_true", help="record uniform random actions")
     collect.add_argument(
@@ -210,33 +211,47 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
+def _checkpoint_trainer(
+    path: str, device: str, num_test_envs: int
+) -> tuple[Any, Path, dict[str, Any]]:
+    """A trainer rebuilt from a checkpoint's manifest, with the checkpoint's policy loaded.
+
+    Returns the trainer, the resolved checkpoint directory and its manifest.
+    """
     from epochtrain.checkpoint import load_policy, read_manifest, resolve_checkpoint
     from epochtrain.factory import DEFAULTS, make_envs, make_trainer
     from epochtrain.logger import LazyLogger
     from epochtrain.trainer import OfflineTrainer
 
+    ckpt = resolve_checkpoint(path)
+    config = read_manifest(ckpt)["config"]
+    if config.get("algo") not in DEFAULTS or "env_id" not in config:
+        raise ValueError(
+            f"{ckpt} was not written by `epochtrain train` or make_trainer (its manifest "
+            "names no known algo and env_id): load it in Python with trainer.load_checkpoint"
+        )
+    algo, env_id = config["algo"], config["env_id"]
+    overrides = {k: v for k, v in config.get("overrides", {}).items() if k not in _RUN_ONLY}
+    overrides.update(device=device, num_test_envs=num_test_envs)
+    overrides.update(show_progress=False, logger=LazyLogger(), stop_fn=None)
+    if DEFAULTS[algo].trainer_cls is OfflineTrainer:  # it needs a dataset to be built
+        overrides["buffer"] = _one_transition(make_envs(env_id, 1))
+    trainer = make_trainer(algo, env_id, seed=int(config.get("seed", 0)), **overrides)
+    manifest = load_policy(trainer.policy, ckpt)
+    return trainer, ckpt, manifest
+
+
+def _eval(args: argparse.Namespace) -> int:
     try:
         if args.episodes < 1:
             raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
-        ckpt = resolve_checkpoint(args.path)
-        config = read_manifest(ckpt)["config"]
-        if config.get("algo") not in DEFAULTS or "env_id" not in config:
-            raise ValueError(
-                f"{ckpt} was not written by `epochtrain train` or make_trainer (its manifest "
-                "names no known algo and env_id): load it in Python with trainer.load_checkpoint"
-            )
-        algo, env_id = config["algo"], config["env_id"]
-        overrides = {k: v for k, v in config.get("overrides", {}).items() if k not in _RUN_ONLY}
-        overrides.update(device=args.device, num_test_envs=min(args.episodes, 10))
-        overrides.update(show_progress=False, logger=LazyLogger(), stop_fn=None)
-        if DEFAULTS[algo].trainer_cls is OfflineTrainer:  # it needs a dataset to be built
-            overrides["buffer"] = _one_transition(make_envs(env_id, 1))
-        trainer = make_trainer(algo, env_id, seed=int(config.get("seed", 0)), **overrides)
-        manifest = load_policy(trainer.policy, ckpt)
+        trainer, ckpt, manifest = _checkpoint_trainer(
+            args.path, args.device, min(args.episodes, 10)
+        )
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
+    algo, env_id = manifest["config"]["algo"], manifest["config"]["env_id"]
     collector = trainer.test_collector
     assert collector is not None
     collector.reset(seed=args.seed)
@@ -271,6 +286,14 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str]:
     """The policy to record and its description (trains it first with ``--algo``)."""
     if args.random:
         return None, "random"
+    if args.checkpoint is not None:
+        trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1)
+        if manifest["config"]["env_id"] != args.env:
+            raise ValueError(
+                f"--checkpoint {args.checkpoint} was trained on {manifest['config']['env_id']}, "
+                f"not --env {args.env}: record on the env the policy was trained on"
+            )
+        return trainer.policy, f"{manifest['config']['algo']} from {ckpt}"
     from epochtrain.factory import make_trainer
 
     if args.train_steps is None and args.train_until is None:
