@@ -31,6 +31,7 @@ def test_overrides_reach_policy_trainer_and_factory() -> None:
         "CartPole-v1",
         lr=1e-4,
         hidden=(8,),
+        dueling=False,
         batch_size=32,
         num_envs=2,
         buffer_size=1000,
@@ -42,6 +43,20 @@ def test_overrides_reach_policy_trainer_and_factory() -> None:
     assert trainer.batch_size == 32
     buffer = trainer.train_collector.buffer
     assert buffer is not None and buffer.num_envs == 2 and buffer.capacity == 1000
+
+
+def test_per_env_settings_apply_and_user_overrides_win() -> None:
+    from epochtrain.data import PrioritizedReplayBuffer
+
+    tuned = make_trainer("dqn", "CartPole-v1", show_progress=False)
+    assert isinstance(tuned, OffpolicyTrainer) and isinstance(tuned.policy, DQN)
+    assert tuned.policy.dueling and tuned.policy.n_step == 3
+    assert isinstance(tuned.train_collector.buffer, PrioritizedReplayBuffer)
+    plain = make_trainer("dqn", "Acrobot-v1", show_progress=False)  # no per-env entry
+    assert isinstance(plain, OffpolicyTrainer) and isinstance(plain.policy, DQN)
+    assert not plain.policy.dueling and plain.policy.n_step == 1
+    mine = make_trainer("dqn", "CartPole-v1", n_step=2, show_progress=False)
+    assert isinstance(mine.policy, DQN) and mine.policy.n_step == 2 and mine.policy.dueling
 
 
 def test_unknown_override_lists_the_allowed_names() -> None:
