@@ -14,14 +14,17 @@ from typing_extensions import assert_type
 from epochtrain import (
     A2C,
     BC,
+    CQL,
     DQN,
     PG,
     PPO,
+    SAC,
     TD3,
     TD3BC,
     A2CTrainingStats,
     BCTrainingStats,
     Collector,
+    CQLTrainingStats,
     DQNTrainingStats,
     EpochStats,
     OfflineTrainer,
@@ -30,6 +33,7 @@ from epochtrain import (
     PGTrainingStats,
     PPOTrainingStats,
     ReplayBuffer,
+    SACTrainingStats,
     TD3BCTrainingStats,
     TD3TrainingStats,
 )
@@ -118,3 +122,24 @@ def td3_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any], data: ReplayB
     stats = next(offline_trainer).training_stat
     assert_type(stats, TD3BCTrainingStats | None)
     return 0.0 if stats is None else stats.lmbda.mean + stats.loss_actor.mean
+
+
+def sac_and_cql_stats_are_typed(
+    envs: gym.vector.VectorEnv[Any, Any, Any], data: ReplayBuffer
+) -> float:
+    policy = SAC(envs.single_observation_space, envs.single_action_space)
+    trainer = OffpolicyTrainer(
+        policy=policy,
+        train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
+        max_epoch=1,
+        step_per_epoch=64,
+        step_per_collect=8,
+    )
+    sac_stats = next(trainer).training_stat
+    assert_type(sac_stats, SACTrainingStats | None)
+    cql = CQL(envs.single_observation_space, envs.single_action_space)
+    offline = OfflineTrainer(policy=cql, buffer=data, max_epoch=1, step_per_epoch=10)
+    cql_stats = next(offline).training_stat
+    assert_type(cql_stats, CQLTrainingStats | None)
+    assert sac_stats is not None and cql_stats is not None
+    return sac_stats.entropy.mean + cql_stats.cql_penalty.mean

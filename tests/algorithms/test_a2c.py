@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode
 from torch import Tensor, nn
 
 from epochtrain.algorithms import A2C, A2CTrainingStats, PGTrainingStats
+from epochtrain.algorithms.actor_critic import explained_variance
 from epochtrain.data import Batch, Collector, ReplayBuffer
 from epochtrain.trainer import OnpolicyTrainer
 from tests.fakes import make_vec
@@ -167,3 +168,8 @@ def test_state_dict_round_trip_includes_optimizer(action_space: gym.Space[Any]) 
 def test_constructor_rejects_bad_hyper_parameters(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         A2C(OBS_SPACE, gym.spaces.Discrete(2), **kwargs)
+
+
+def test_explained_variance_is_zero_not_nan_for_constant_returns() -> None:
+    assert explained_variance(torch.ones(3), torch.tensor([0.0, 1.0, 2.0])) == 0.0
+    assert explained_variance(torch.tensor([1.0, 3.0]), torch.tensor([1.0, 3.0])) == 1.0

@@ -43,7 +43,7 @@ class A2CTrainingStats(PGTrainingStats):
 
     Adds to :class:`PGTrainingStats`: ``loss_entropy`` (minus the mean entropy, weighted
     by ``ent_coef`` in ``loss``) and ``explained_variance`` of the returns by the critic
-    (NaN when the returns of the batch are constant).
+    (0 when the returns of the batch are constant).
     """
 
     loss_entropy: SequenceSummaryStats

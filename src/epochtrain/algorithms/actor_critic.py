@@ -77,11 +77,50 @@ def gae(
 
 
 def explained_variance(ret: Tensor, value: Tensor) -> float:
-    """``1 - Var(ret - value) / Var(ret)``; NaN when the returns are constant (as in SB3)."""
+    """``1 - Var(ret - value) / Var(ret)``, or 0 when the returns are constant.
+
+    SB3 reports NaN for constant returns (e.g. a minibatch of one); 0 keeps the stats
+    NaN-free, so one such minibatch does not turn the mean over an update into NaN.
+    """
     ret_var = float(ret.var(correction=0))
     if ret_var == 0.0:
-        return float("nan")
+        return 0.0
     return 1.0 - float((ret - value).var(correction=0)) / ret_var
+
+
+def _action_dim(action_space: gym.Space[Any], algo: str) -> int:
+    """Actor outputs for ``action_space``: logits of a Discrete, the mean of a 1-d Box."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return int(action_space.n)
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return int(action_space.shape[0])
+    raise ValueError(
+        "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
+        f"for {algo}, got {action_space!r}"
+    )
+
+
+def _check_hyper_parameters(
+    *,
+    lr: float,
+    gamma: float,
+    gae_lambda: float,
+    vf_coef: float,
+    lr_anneal_steps: int | None,
+    max_grad_norm: float | None,
+) -> None:
+    """ValueError naming the first hyper-parameter outside its range."""
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    for name, value in (("gamma", gamma), ("gae_lambda", gae_lambda)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    if not vf_coef >= 0:
+        raise ValueError(f"vf_coef must be >= 0, got {vf_coef!r}")
+    if lr_anneal_steps is not None and lr_anneal_steps <= 0:
+        raise ValueError(f"lr_anneal_steps must be a positive int or None, got {lr_anneal_steps!r}")
+    if max_grad_norm is not None and max_grad_norm <= 0:
+        raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
 
 
 class ActorCriticPolicy(Policy[TStats], ABC):
@@ -111,28 +150,15 @@ class ActorCriticPolicy(Policy[TStats], ABC):
         log_std_init: float,
         device: str | torch.device,
     ) -> None:
-        if isinstance(action_space, gym.spaces.Discrete):
-            act_dim = int(action_space.n)
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            act_dim = int(action_space.shape[0])
-        else:
-            raise ValueError(
-                "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
-                f"for {type(self).__name__}, got {action_space!r}"
-            )
-        if not lr > 0:
-            raise ValueError(f"lr must be positive, got {lr!r}")
-        for name, value in (("gamma", gamma), ("gae_lambda", gae_lambda)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-        if not vf_coef >= 0:
-            raise ValueError(f"vf_coef must be >= 0, got {vf_coef!r}")
-        if lr_anneal_steps is not None and lr_anneal_steps <= 0:
-            raise ValueError(
-                f"lr_anneal_steps must be a positive int or None, got {lr_anneal_steps!r}"
-            )
-        if max_grad_norm is not None and max_grad_norm <= 0:
-            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+        act_dim = _action_dim(action_space, type(self).__name__)
+        _check_hyper_parameters(
+            lr=lr,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            vf_coef=vf_coef,
+            lr_anneal_steps=lr_anneal_steps,
+            max_grad_norm=max_grad_norm,
+        )
         obs_dim = flat_dim(observation_space)
         super().__init__(observation_space, action_space, device=device)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
