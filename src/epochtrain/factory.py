@@ -313,13 +313,15 @@ def _default_stop_fn(env_id: str) -> Callable[[float], bool] | None:
 
 
 def make_trainer(algo: str, env_id: str, *, seed: int = 0, **overrides: Any) -> BaseTrainer[Any]:
-    """Build a trainer for ``algo`` ("dqn", "ppo" or "bc") on the gymnasium task ``env_id``.
+    """Build a trainer for ``algo`` (a key of :data:`DEFAULTS`) on the gymnasium task ``env_id``.
 
     Training envs (``num_envs``) and 10 test envs are ``gymnasium.make_vec(..., "sync")``
     with SAME_STEP autoreset. ``overrides`` may name any parameter of the policy class,
     of the trainer class, or of :data:`FACTORY_PARAMS`; any other name raises
-    ``ValueError`` listing the allowed ones. ``"bc"`` needs ``buffer=`` (a filled
-    :class:`ReplayBuffer` of expert transitions). Logging goes to ``logger=`` if given,
+    ``ValueError`` listing the allowed ones. Tuned settings for ``env_id`` (the entry's
+    ``per_env``) apply over the algorithm's defaults, and ``overrides`` over both. The
+    offline algorithms (``"bc"``, ``"td3bc"``, ``"cql"``) need ``buffer=`` (a filled
+    :class:`ReplayBuffer`, e.g. ``ReplayBuffer.load(path)``). Logging goes to ``logger=`` if given,
     else a ``TensorboardLogger(logdir)`` if ``logdir=`` is given, else nowhere.
 
     ``stop_fn`` defaults to "best test return >= the env spec's ``reward_threshold``"
