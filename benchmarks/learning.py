@@ -75,6 +75,8 @@ class Case:
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
+_MUJOCO = {"warmup_steps": 10_000, "step_per_epoch": 10_000, "buffer_size": 100_000}
+
 CASES: dict[str, Case] = {
     "dqn-cartpole": Case("dqn", "CartPole-v1", 50_000, 475.0),
     "ppo-cartpole": Case("ppo", "CartPole-v1", 100_000, 475.0),
@@ -88,8 +90,9 @@ CASES: dict[str, Case] = {
     "bc-pendulum-medium": Case("bc", "Pendulum-v1", 20_000, None, offline=True),
     "td3bc-pendulum-medium": Case("td3bc", "Pendulum-v1", 20_000, None, offline=True),
     "cql-pendulum-medium": Case("cql", "Pendulum-v1", 20_000, None, offline=True),
-    "sac-halfcheetah": Case("sac", "HalfCheetah-v5", 100_000, None),
-    "td3-halfcheetah": Case("td3", "HalfCheetah-v5", 100_000, None),
+    # rl-baselines3-zoo's MuJoCo settings: 10k random warm-up steps, the paper's networks
+    "sac-halfcheetah": Case("sac", "HalfCheetah-v5", 100_000, None, overrides=_MUJOCO),
+    "td3-halfcheetah": Case("td3", "HalfCheetah-v5", 100_000, None, overrides=_MUJOCO),
 }
 """Every learning bar of the project, by name."""
 
