@@ -305,3 +305,14 @@ def test_factory_builds_a_prioritized_buffer_on_request() -> None:
     assert isinstance(trainer.policy, DQN) and trainer.policy.n_step == 3
     with pytest.raises(ValueError, match="prioritized_replay"):
         make_trainer("ppo", "CartPole-v1", prioritized_replay=True)
+
+
+def test_loading_a_live_state_dict_does_not_share_optimizer_state() -> None:
+    space = gym.spaces.Box(-1.0, 1.0, (3,))
+    a, b = DQN(space, gym.spaces.Discrete(2)), DQN(space, gym.spaces.Discrete(2))
+    a.optimize("q", a.q_net(torch.ones(4, 3)).sum())
+    b.load_state_dict(a.state_dict())
+    before = {k: v.clone() for k, v in a.optimizers["q"].state_dict()["state"][0].items()}
+    b.optimize("q", b.q_net(torch.ones(4, 3)).sum())
+    after = a.optimizers["q"].state_dict()["state"][0]
+    assert all(torch.equal(before[k], after[k]) for k in before)

@@ -8,6 +8,7 @@ travel in its ``state_dict`` (through ``get_extra_state``).
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic
@@ -133,7 +134,8 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
                 f"{sorted(self.optimizers)}: load a state_dict of the same algorithm"
             )
         for name, opt_state in saved.items():
-            self.optimizers[name].load_state_dict(opt_state)
+            # a copy: torch keeps the given tensors, and two live policies must not share them
+            self.optimizers[name].load_state_dict(copy.deepcopy(opt_state))
 
     def to_tensor(self, obs: Obs) -> Obs:
         """Observations moved to the policy's device as float tensors where needed."""
