@@ -121,7 +121,7 @@ def test_state_dict_carries_obs_stats_optimizers_and_counter() -> None:
     state = policy.state_dict()
     assert {"obs_mean", "obs_std"} <= set(state)
     clone = TD3BC(OBS_SPACE, ACT_SPACE, hidden=(16,))
-    clone.load_state_dict(copy.deepcopy(state))
+    clone.load_state_dict(state)
     assert clone.obs_stats_ready and clone.n_updates == 3
     assert torch.equal(clone.obs_mean, policy.obs_mean)
     assert torch.equal(clone.obs_std, policy.obs_std)
