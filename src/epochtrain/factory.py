@@ -62,6 +62,17 @@ class AlgoDefaults:
     """Tuned settings for one env id (any override name), applied over the above."""
 
 
+_CONTINUOUS_OFFPOLICY: dict[str, Any] = {
+    "max_epoch": 20,
+    "step_per_epoch": 5000,
+    "step_per_collect": 1,
+    "update_per_step": 1.0,
+    "batch_size": 256,
+    "warmup_steps": 1000,
+}
+"""SAC, TD3 and DDPG (their papers): one gradient step of batch 256 per env step, after
+1000 random warm-up steps; 20 epochs of 5000 env steps."""
+
 _DETERMINISTIC_AC_PENDULUM: dict[str, Any] = {
     "actor_lr": 1e-3,
     "critic_lr": 1e-3,
@@ -179,14 +190,7 @@ DEFAULTS: dict[str, AlgoDefaults] = {
         num_envs=1,
         buffer_size=1_000_000,
         policy={},  # SAC's own defaults are the paper's
-        trainer={
-            "max_epoch": 20,
-            "step_per_epoch": 5000,
-            "step_per_collect": 1,
-            "update_per_step": 1.0,
-            "batch_size": 256,
-            "warmup_steps": 1000,
-        },
+        trainer=_CONTINUOUS_OFFPOLICY,
         per_env={
             "Pendulum-v1": {
                 "actor_lr": 1e-3,
@@ -222,14 +226,7 @@ DEFAULTS: dict[str, AlgoDefaults] = {
         num_envs=1,
         buffer_size=1_000_000,
         policy={},  # TD3's own defaults are the paper's
-        trainer={
-            "max_epoch": 20,
-            "step_per_epoch": 5000,
-            "step_per_collect": 1,
-            "update_per_step": 1.0,
-            "batch_size": 256,
-            "warmup_steps": 1000,
-        },
+        trainer=_CONTINUOUS_OFFPOLICY,
         per_env={"Pendulum-v1": {**_DETERMINISTIC_AC_PENDULUM}},
     ),
     # DDPG: the TD3 paper's "our DDPG" (Gaussian exploration noise 0.1, no batch norm) with
@@ -240,14 +237,7 @@ DEFAULTS: dict[str, AlgoDefaults] = {
         num_envs=1,
         buffer_size=1_000_000,
         policy={},  # DDPG's own defaults are those of the TD3 paper
-        trainer={
-            "max_epoch": 20,
-            "step_per_epoch": 5000,
-            "step_per_collect": 1,
-            "update_per_step": 1.0,
-            "batch_size": 256,
-            "warmup_steps": 1000,
-        },
+        trainer=_CONTINUOUS_OFFPOLICY,
         per_env={"Pendulum-v1": {**_DETERMINISTIC_AC_PENDULUM}},
     ),
     # TD3+BC on a given dataset (``buffer=``): the paper's settings (Fujimoto & Gu 2021:
