@@ -206,10 +206,11 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
         cmd += "".join(f" --override {k}={v}" for k, v in overrides.items()) + "`"
         target_txt = "–" if target is None or math.isnan(target) else _fmt(target)
         per_seed = ", ".join(_fmt(f) for f in finals)
+        reached_txt = "–" if target is None else f"{reached}/{len(runs)}"
         lines.append(
             f'| <a id="{case}"></a>{label} | {runs[0]["env"]} | {runs[0]["budget"]:,} {unit} '
             f"| {target_txt} | **{_fmt(mean)} ± {_fmt(std)}** ({per_seed}) "
-            f"| {reached}/{len(runs)} | {statistics.median(r['seconds'] for r in runs):.0f} s "
+            f"| {reached_txt} | {statistics.median(r['seconds'] for r in runs):.0f} s "
             f"| {speed} | {cmd} |"
         )
     return "\n".join(lines)
