@@ -149,3 +149,12 @@ def test_collect_from_a_checkpoint_records_that_policy(
     wrong_env = ["collect", "--env", "Acrobot-v1", "--checkpoint", str(ckpts), "--steps", "9"]
     assert main([*wrong_env, "--out", str(tmp_path / "w.buf")]) == 2
     assert "trained on CartPole-v1" in capsys.readouterr().err
+
+
+def test_box_actions_are_stored_as_the_env_applies_them(tmp_path: Path) -> None:
+    from epochtrain.factory import make_trainer
+
+    policy = make_trainer("ppo", "Pendulum-v1", seed=0, log_std_init=1.5).policy
+    record_dataset(policy, "Pendulum-v1", 400, tmp_path / "p.buf")
+    act = ReplayBuffer.load(tmp_path / "p.buf").rollout().act
+    assert float(act.abs().max()) == 2.0  # the wide Gaussian samples past +-2, clipped

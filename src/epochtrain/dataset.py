@@ -1,9 +1,10 @@
 """Recording offline datasets: run a policy in an env and save its transitions to a file.
 
 :func:`record_dataset` steps ``num_envs`` copies of a gymnasium env with a policy (or
-uniform random actions), writes every transition into a :class:`ReplayBuffer` and saves it
-with :meth:`ReplayBuffer.save`, the format :meth:`ReplayBuffer.load` and the offline
-trainer read. Beside the buffer file it writes ``<file>.json``, a sidecar that says how the
+uniform random actions), writes every transition into a :class:`ReplayBuffer` (Box
+actions clipped to the bounds, as the env applies them) and saves it with
+:meth:`ReplayBuffer.save`, the format :meth:`ReplayBuffer.load` and the offline trainer
+read. Beside the buffer file it writes ``<file>.json``, a sidecar that says how the
 data was made and how well the recording policy did (its episode returns). Both files are
 written to a temporary name and renamed, so an interrupted recording leaves nothing
 half-written. ``epochtrain collect`` is the command-line face of this module.
@@ -61,6 +62,20 @@ class _RandomActor:
 
     def to_tensor(self, obs: Obs) -> Obs:
         return obs
+
+
+def _clip_actions(buffer: ReplayBuffer, space: gym.Space[Any]) -> None:
+    """Store the actions the env applied: a Box env clips what it gets to its bounds.
+
+    Policies such as PPO's Gaussian sample past the bounds, and offline algorithms that
+    squash their actions into the Box could never reproduce such dataset actions.
+    """
+    if isinstance(space, gym.spaces.Box):
+        low = torch.as_tensor(space.low, dtype=torch.float32)
+        high = torch.as_tensor(space.high, dtype=torch.float32)
+        state = buffer.state_dict()
+        state["storage"]["act"] = state["storage"]["act"].clamp(low, high)
+        buffer.load_state_dict(state)
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -126,6 +141,7 @@ def record_dataset(
             f"no episode of {env_id} ended within n_steps={n_steps}: record more steps so "
             "that the dataset policy's return can be measured"
         )
+    _clip_actions(buffer, envs.single_action_space)
     buffer.save(out)
     info = DatasetInfo(
         path=str(out),
