@@ -186,6 +186,11 @@ class ReplayBuffer:
         self._row_invalid = [0] * self.rows
 
     # ----------------------------------------------------------------- reading
+    @property
+    def cursor(self) -> int:
+        """The time row the next ``add`` writes (the newest row is the one before it)."""
+        return self._cursor
+
     def __len__(self) -> int:
         """Number of stored transitions over all envs."""
         return self._size * self.num_envs

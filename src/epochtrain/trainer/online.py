@@ -129,9 +129,7 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         buffer = self.train_collector.buffer
         assert buffer is not None
         n_rows = min(self.train_collector.last_collect_rows, buffer.rows)
-        # The buffer keeps no public write position; its cursor is the row after the last one
-        # written, so the collect step's rows end there.
-        end = buffer._cursor
+        end = buffer.cursor  # the collect step's rows end just before the write position
         rows = (torch.arange(end - n_rows, end) % buffer.rows).unsqueeze(1)
         flat = (rows * buffer.num_envs + torch.arange(buffer.num_envs)).reshape(-1)
         shape = (n_rows, buffer.num_envs)
