@@ -10,26 +10,16 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
-from torch import Tensor, nn
+from torch import Tensor
 
 from epochtrain.algorithms import A2C, A2CTrainingStats, PGTrainingStats
 from epochtrain.algorithms.actor_critic import explained_variance
 from epochtrain.data import Batch, Collector, ReplayBuffer
 from epochtrain.trainer import OnpolicyTrainer
+from tests.algorithms.tables import Table
 from tests.fakes import make_vec
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
-
-
-class Table(nn.Module):
-    """Outputs looked up by the integer in the first observation entry."""
-
-    def __init__(self, table: list[list[float]]) -> None:
-        super().__init__()
-        self.table = nn.Parameter(torch.tensor(table))
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.table[obs[:, 0].long()]
 
 
 def chain(ids: list[int], next_ids: list[int], rew: list[float]) -> Batch:

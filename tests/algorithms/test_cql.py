@@ -15,20 +15,10 @@ from torch import Tensor, nn
 from epochtrain.algorithms import CQL, CQLTrainingStats, SACTrainingStats
 from epochtrain.data import Batch, ReplayBuffer
 from epochtrain.factory import make_trainer
+from tests.algorithms.tables import Table
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
 BOX = gym.spaces.Box(-2.0, 2.0, shape=(2,), dtype=np.float32)
-
-
-class TableQ(nn.Module):
-    """Per-action values looked up by the integer in the first observation entry."""
-
-    def __init__(self, table: list[list[float]]) -> None:
-        super().__init__()
-        self.table = nn.Parameter(torch.tensor(table))
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.table[obs[:, 0].long()]
 
 
 class ConstantQ(nn.Module):
@@ -61,7 +51,7 @@ def make_batch(n: int, space: gym.Space[Any], seed: int = 0) -> Batch:
 
 def test_discrete_penalty_is_logsumexp_minus_the_dataset_q() -> None:
     policy = CQL(OBS_SPACE, gym.spaces.Discrete(2), hidden=(8,))
-    policy.critics = nn.ModuleList([TableQ([[1.0, 3.0]]), TableQ([[0.0, 0.0]])])
+    policy.critics = nn.ModuleList([Table([[1.0, 3.0]]), Table([[0.0, 0.0]])])
     batch = make_batch(2, gym.spaces.Discrete(2))
     batch.obs = torch.zeros(2, 3)
     batch.act = torch.tensor([1, 0])

@@ -8,26 +8,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from epochtrain.algorithms import DQN, DQNTrainingStats
 from epochtrain.algorithms.dqn import DuelingQNet
 from epochtrain.data import Batch, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.factory import make_trainer
 from epochtrain.trainer import OffpolicyTrainer
+from tests.algorithms.tables import Table
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
-
-
-class TableQ(nn.Module):
-    """Q values looked up by the integer in the first observation entry."""
-
-    def __init__(self, table: list[list[float]]) -> None:
-        super().__init__()
-        self.table = nn.Parameter(torch.tensor(table))
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.table[obs[:, 0].long()]
 
 
 def make_batch(n: int = 8, seed: int = 0) -> Batch:
@@ -62,8 +52,8 @@ def test_act_explores_uniformly_with_epsilon_one() -> None:
 @pytest.mark.parametrize(("double_q", "expected_bootstrap"), [(True, 2.0), (False, 3.0)])
 def test_target_double_q_and_termination_masking(double_q: bool, expected_bootstrap: float) -> None:
     policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5, double_q=double_q)
-    policy.q_net = TableQ([[1.0, 5.0]])  # online picks action 1 at s'
-    policy.target_net = TableQ([[3.0, 2.0]])  # target's own max is action 0
+    policy.q_net = Table([[1.0, 5.0]])  # online picks action 1 at s'
+    policy.target_net = Table([[3.0, 2.0]])  # target's own max is action 0
     batch = Batch(
         obs=torch.zeros(3, 4),
         act=torch.zeros(3, dtype=torch.int64),
@@ -188,8 +178,8 @@ def test_n_step_target_and_loss_on_a_hand_computed_example() -> None:
     policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5, n_step=3, double_q=False)
     # Q(s_t, a) = table[t]; the target network's values at s_3 and s_4 bootstrap
     table = [[0.0, 1.0], [2.0, 0.5], [0.0, 0.0], [4.0, 8.0], [6.0, 2.0], [0.0, 0.0]]
-    policy.q_net = TableQ(table)
-    policy.target_net = TableQ(table)
+    policy.q_net = Table(table)
+    policy.target_net = Table(table)
     policy.optimizers["q"] = torch.optim.SGD(policy.q_net.parameters(), lr=0.0)
     buf = _chain_buffer([1.0, 2.0, 4.0, 8.0, 16.0], terminated_at=3)
     batch = policy.process_sample(buf.get(torch.tensor([0, 1, 2])), buf)
@@ -214,8 +204,8 @@ def test_n_step_one_leaves_the_sample_unchanged() -> None:
 
 def test_importance_weights_scale_each_sample_loss() -> None:
     policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5)
-    policy.q_net = TableQ([[0.0, 0.0], [3.0, 0.0]])
-    policy.target_net = TableQ([[0.0, 0.0], [0.0, 0.0]])
+    policy.q_net = Table([[0.0, 0.0], [3.0, 0.0]])
+    policy.target_net = Table([[0.0, 0.0], [0.0, 0.0]])
     policy.optimizers["q"] = torch.optim.SGD(policy.q_net.parameters(), lr=0.0)
     batch = Batch(
         obs=torch.tensor([[0.0, 0, 0, 0], [1.0, 0, 0, 0]]),

@@ -9,30 +9,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from epochtrain.algorithms import PG, PGTrainingStats
 from epochtrain.data import Batch
+from tests.algorithms.tables import Table, obs_ids
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
-
-
-class Table(nn.Module):
-    """Outputs looked up by the integer in the first observation entry."""
-
-    def __init__(self, table: list[list[float]]) -> None:
-        super().__init__()
-        self.table = nn.Parameter(torch.tensor(table))
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.table[obs[:, 0].long()]
-
-
-def obs_ids(ids: list[list[int]]) -> Tensor:
-    """``[time, env, 4]`` observations whose first entry is the given id."""
-    out = torch.zeros(len(ids), len(ids[0]), 4)
-    out[..., 0] = torch.tensor(ids, dtype=torch.float32)
-    return out
 
 
 def rollout() -> Batch:

@@ -15,20 +15,10 @@ from torch import Tensor, nn
 from epochtrain.algorithms import SAC, SACTrainingStats
 from epochtrain.data import Batch
 from epochtrain.factory import make_trainer
+from tests.algorithms.tables import Table
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
 BOX = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
-
-
-class TableQ(nn.Module):
-    """Per-action values looked up by the integer in the first observation entry."""
-
-    def __init__(self, table: list[list[float]]) -> None:
-        super().__init__()
-        self.table = nn.Parameter(torch.tensor(table))
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.table[obs[:, 0].long()]
 
 
 class ConstantActor(nn.Module):
@@ -111,7 +101,7 @@ def test_squashed_log_prob_matches_torch_distributions() -> None:
 def test_discrete_target_is_the_expected_soft_value_cut_by_termination() -> None:
     policy = SAC(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5, alpha=0.5, hidden=(16,))
     policy.actor = ConstantActor([0.0, math.log(3.0)])  # pi(s') = (0.25, 0.75)
-    policy.critics_target = nn.ModuleList([TableQ([[1.0, 4.0]]), TableQ([[2.0, 3.0]])])
+    policy.critics_target = nn.ModuleList([Table([[1.0, 4.0]]), Table([[2.0, 3.0]])])
     batch = Batch(
         obs=torch.zeros(3, 3),
         act=torch.zeros(3, dtype=torch.int64),
