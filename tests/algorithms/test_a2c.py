@@ -16,6 +16,7 @@ from epochtrain.algorithms import A2C, A2CTrainingStats, PGTrainingStats
 from epochtrain.algorithms.actor_critic import explained_variance
 from epochtrain.data import Batch, Collector, ReplayBuffer
 from epochtrain.trainer import OnpolicyTrainer
+from tests.algorithms.checks import assert_same_state
 from tests.algorithms.tables import Table
 from tests.fakes import make_vec
 
@@ -137,12 +138,7 @@ def test_state_dict_round_trip_includes_optimizer(action_space: gym.Space[Any]) 
         policy.learn(flat)
     clone = A2C(OBS_SPACE, action_space)
     clone.load_state_dict(policy.state_dict())
-    for k, v in policy.state_dict().items():
-        if isinstance(v, Tensor):
-            assert torch.equal(v, clone.state_dict()[k]), k
-    a, b = policy.optimizers["a2c"].state_dict(), clone.optimizers["a2c"].state_dict()
-    for k in a["state"]:
-        assert torch.equal(a["state"][k]["square_avg"], b["state"][k]["square_avg"])
+    assert_same_state(policy, clone)
     assert policy.learn(flat).loss.mean == clone.learn(flat).loss.mean
 
 

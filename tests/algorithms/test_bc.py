@@ -6,10 +6,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch import Tensor
 
 from epochtrain.algorithms import BC, BCTrainingStats
 from epochtrain.data import Batch
+from tests.algorithms.checks import assert_same_state
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
 BOX = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
@@ -80,9 +80,7 @@ def test_state_dict_round_trip_includes_optimizer() -> None:
     train(policy, discrete=False, steps=3)
     clone = BC(OBS_SPACE, BOX)
     clone.load_state_dict(policy.state_dict())
-    for k, v in policy.state_dict().items():
-        if isinstance(v, Tensor):
-            assert torch.equal(v, clone.state_dict()[k]), k
+    assert_same_state(policy, clone)
     batch = expert_batch(16, discrete=False, seed=99)
     assert policy.learn(batch).loss.mean == clone.learn(batch).loss.mean
 

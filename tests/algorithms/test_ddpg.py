@@ -19,6 +19,7 @@ from epochtrain.algorithms.base import Policy
 from epochtrain.data import Batch, Collector, ReplayBuffer
 from epochtrain.stats import TrainingStats
 from epochtrain.trainer import OffpolicyTrainer
+from tests.algorithms.checks import assert_same_state
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
 ACT_SPACE = gym.spaces.Box(
@@ -189,15 +190,7 @@ def test_state_dict_round_trip_includes_optimizers_and_counter() -> None:
     clone = DDPG(OBS_SPACE, ACT_SPACE, hidden=(16,))
     clone.load_state_dict(policy.state_dict())
     assert clone.n_updates == 3
-    for k, v in policy.state_dict().items():
-        if isinstance(v, Tensor):
-            assert torch.equal(v, clone.state_dict()[k]), k
-    for name in ("actor", "critic"):
-        a = policy.optimizers[name].state_dict()["state"]
-        b = clone.optimizers[name].state_dict()["state"]
-        assert a.keys() == b.keys() and len(a) > 0
-        for k in a:
-            assert torch.equal(a[k]["exp_avg_sq"], b[k]["exp_avg_sq"])
+    assert_same_state(policy, clone)
     assert policy.learn(make_batch(seed=7)) == clone.learn(make_batch(seed=7))
 
 

@@ -8,13 +8,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch import Tensor
 
 from epochtrain.algorithms import DQN, DQNTrainingStats
 from epochtrain.algorithms.dqn import DuelingQNet
 from epochtrain.data import Batch, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.factory import make_trainer
 from epochtrain.trainer import OffpolicyTrainer
+from tests.algorithms.checks import assert_same_state
 from tests.algorithms.tables import Table
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
@@ -118,15 +118,8 @@ def test_state_dict_round_trip_includes_optimizer_and_counter() -> None:
     state = policy.state_dict()
     clone = DQN(OBS_SPACE, gym.spaces.Discrete(2), target_update_freq=100)
     clone.load_state_dict(state)
-    for k, v in policy.state_dict().items():
-        if isinstance(v, Tensor):
-            assert torch.equal(v, clone.state_dict()[k]), k
+    assert_same_state(policy, clone)
     assert clone.n_updates == 5 and clone.epsilon == policy.epsilon
-    opt_a = policy.optimizers["q"].state_dict()["state"]
-    opt_b = clone.optimizers["q"].state_dict()["state"]
-    assert opt_a.keys() == opt_b.keys() and len(opt_a) > 0
-    for k in opt_a:
-        assert torch.equal(opt_a[k]["exp_avg"], opt_b[k]["exp_avg"])
     # both continue identically
     torch.manual_seed(1)
     a = policy.learn(make_batch(seed=3)).loss.mean

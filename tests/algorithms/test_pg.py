@@ -13,6 +13,7 @@ from torch import Tensor
 
 from epochtrain.algorithms import PG, PGTrainingStats
 from epochtrain.data import Batch
+from tests.algorithms.checks import assert_same_state
 from tests.algorithms.tables import Table, obs_ids
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
@@ -133,12 +134,7 @@ def test_state_dict_round_trip_includes_optimizer(
     clone = PG(OBS_SPACE, action_space, baseline=baseline)
     clone.load_state_dict(policy.state_dict())
     assert ("critic.net.0.weight" in clone.state_dict()) == baseline
-    for k, v in policy.state_dict().items():
-        if isinstance(v, Tensor):
-            assert torch.equal(v, clone.state_dict()[k]), k
-    a, b = policy.optimizers["pg"].state_dict(), clone.optimizers["pg"].state_dict()
-    for k in a["state"]:
-        assert torch.equal(a["state"][k]["exp_avg_sq"], b["state"][k]["exp_avg_sq"])
+    assert_same_state(policy, clone)
     assert policy.learn(flat).loss.mean == clone.learn(flat).loss.mean
 
 

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from epochtrain.algorithms import SAC, SACTrainingStats
 from epochtrain.data import Batch
 from epochtrain.factory import make_trainer
+from tests.algorithms.checks import assert_same_state
 from tests.algorithms.tables import Table
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
@@ -213,12 +214,7 @@ def test_state_dict_round_trip_includes_optimizers_and_temperature(space: gym.Sp
     clone = SAC(OBS_SPACE, space, hidden=(16,), alpha_lr=0.05)
     clone.load_state_dict(saved_and_loaded(policy.state_dict()))
     assert clone.alpha == policy.alpha
-    for name in ("actor", "critic", "alpha"):
-        a = policy.optimizers[name].state_dict()["state"]
-        b = clone.optimizers[name].state_dict()["state"]
-        assert a.keys() == b.keys() and len(a) > 0
-        for k in a:
-            assert torch.equal(a[k]["exp_avg_sq"], b[k]["exp_avg_sq"])
+    assert_same_state(policy, clone)
     torch.manual_seed(1)
     first = policy.learn(make_batch(16, space, seed=9))
     torch.manual_seed(1)

@@ -9,10 +9,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from epochtrain.algorithms import TD3, TD3TrainingStats
 from epochtrain.data import Batch
+from tests.algorithms.checks import assert_same_state
 from tests.algorithms.test_ddpg import ConstActor, LinearQ, make_batch, params, train_on_match_env
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
@@ -115,21 +116,14 @@ def test_state_dict_round_trip_resumes_mid_delay() -> None:
     clone = TD3(OBS_SPACE, ACT_SPACE, hidden=(16,), policy_delay=3)
     clone.load_state_dict(policy.state_dict())
     assert clone.n_updates == 4
-    for name in ("actor", "critic"):
-        a = policy.optimizers[name].state_dict()["state"]
-        b = clone.optimizers[name].state_dict()["state"]
-        assert a.keys() == b.keys() and len(a) > 0
-        for k in a:
-            assert torch.equal(a[k]["exp_avg"], b[k]["exp_avg"])
+    assert_same_state(policy, clone)
     for _ in range(3):  # steps 5, 6 (actor due) and 7, with the same smoothing noise
         torch.manual_seed(1)
         a_stats = policy.learn(make_batch(seed=9, act_dim=1))
         torch.manual_seed(1)
         b_stats = clone.learn(make_batch(seed=9, act_dim=1))
         assert a_stats == b_stats
-    for k, v in policy.state_dict().items():
-        if isinstance(v, Tensor):
-            assert torch.equal(v, clone.state_dict()[k]), k
+    assert_same_state(policy, clone)
 
 
 @pytest.mark.parametrize(

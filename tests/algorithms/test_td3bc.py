@@ -15,6 +15,7 @@ from epochtrain.algorithms import TD3BC, TD3BCTrainingStats
 from epochtrain.data import Collector, ReplayBuffer
 from epochtrain.factory import make_envs, make_trainer
 from epochtrain.trainer import OfflineTrainer
+from tests.algorithms.checks import assert_same_state
 from tests.algorithms.test_ddpg import ConstActor, LinearQ, make_batch
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
@@ -125,10 +126,7 @@ def test_state_dict_carries_obs_stats_optimizers_and_counter() -> None:
     assert clone.obs_stats_ready and clone.n_updates == 3
     assert torch.equal(clone.obs_mean, policy.obs_mean)
     assert torch.equal(clone.obs_std, policy.obs_std)
-    for name in ("actor", "critic"):
-        a = policy.optimizers[name].state_dict()["state"]
-        b = clone.optimizers[name].state_dict()["state"]
-        assert a.keys() == b.keys() and len(a) > 0
+    assert_same_state(policy, clone)
     other = dataset([[[100.0, 100.0, 100.0]]])
     batch = clone.process_sample(buf.sample(8), other)  # loaded stats are kept
     assert torch.equal(clone.obs_mean, policy.obs_mean)
@@ -136,9 +134,7 @@ def test_state_dict_carries_obs_stats_optimizers_and_counter() -> None:
     a_stats = policy.learn(batch)
     torch.manual_seed(1)
     assert clone.learn(batch) == a_stats
-    for k, v in policy.state_dict().items():
-        if isinstance(v, Tensor):
-            assert torch.equal(v, clone.state_dict()[k]), k
+    assert_same_state(policy, clone)
 
 
 def test_constructor_rejects_negative_alpha() -> None:
