@@ -21,6 +21,19 @@ def test_help_lists_every_option_with_its_default(capsys: pytest.CaptureFixture[
     assert "default: CartPole-v1" in out and "default: runs" in out
 
 
+@pytest.mark.parametrize("command", ["train", "collect", "eval"])
+def test_help_states_each_default_once_and_never_none(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # undo the help's line wrapping
+    assert "(default: None)" not in out
+    assert "(default: the algo's tuned value) (default" not in out
+    for entry in out.split(" --")[1:]:
+        assert entry.count("(default:") <= 1, entry
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [

@@ -34,9 +34,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: ...)`` to an option's help unless the help already states it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.required or action.default is None:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser; ``--help`` lists every option with its default."""
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = _DefaultsFormatter
     parser = _Parser(prog="epochtrain", description=__doc__.splitlines()[0], formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser(
