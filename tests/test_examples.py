@@ -2,31 +2,57 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 
 
 def test_every_example_has_a_test() -> None:
-    assert sorted(p.name for p in EXAMPLES_DIR.glob("*.py")) == ["demo_ppo_cartpole.py"]
+    assert sorted(p.name for p in EXAMPLES_DIR.glob("*.py")) == [
+        "demo_ppo_cartpole.py",
+        "offline_pendulum.py",
+    ]
 
 
-def test_demo_solves_cartpole_and_writes_tensorboard_logs(tmp_path: Path) -> None:
-    demo = EXAMPLES_DIR / "demo_ppo_cartpole.py"
+def run_example(name: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/<name>`` in ``cwd`` as a user would; it must exit 0."""
     result = subprocess.run(
-        [sys.executable, str(demo)],
-        cwd=tmp_path,
+        [sys.executable, str(EXAMPLES_DIR / name)],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+def test_demo_solves_cartpole_and_writes_tensorboard_logs(tmp_path: Path) -> None:
+    result = run_example("demo_ppo_cartpole.py", tmp_path)
     epoch_lines = [ln for ln in result.stdout.splitlines() if ln.startswith("Epoch #")]
     assert epoch_lines, result.stdout
     assert "Done (stop_fn)" in result.stdout  # stopped because it solved the task
     mean = float(result.stdout.split("Mean test return: ")[1].split()[0])
     assert mean >= 475
     assert list((tmp_path / "runs").rglob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_offline_example_records_a_medium_dataset_and_td3bc_beats_it(tmp_path: Path) -> None:
+    result = run_example("offline_pendulum.py", tmp_path)
+    data = tmp_path / "offline_pendulum" / "pendulum_medium.buf"
+    assert data.is_file()
+    sidecar = json.loads(data.with_name(data.name + ".json").read_text())
+    assert sidecar["policy"] == "ppo" and sidecar["n_steps"] == 20_000
+    assert -700 <= sidecar["return_mean"] <= -250, sidecar  # a "medium" policy
+    epochs = [ln for ln in result.stdout.splitlines() if ln.startswith("Epoch #")]
+    assert len(epochs) == 5, result.stdout
+    last = epochs[-1]  # "... td3bc R1, bc R2, dataset R3"
+    td3bc = float(last.split("td3bc ")[1].split(",")[0])
+    assert td3bc >= sidecar["return_mean"], last
