@@ -193,7 +193,10 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
     for (case, over), runs in groups.items():
         finals = [r["final_return"] for r in runs]
         mean = statistics.fmean(finals)
-        std = statistics.pstdev(finals) if len(finals) > 1 else 0.0
+        # one seed has no spread: print its value alone rather than a made-up "± 0"
+        spread = f"**{_fmt(mean)}**"
+        if len(finals) > 1:
+            spread = f"**{_fmt(mean)} ± {_fmt(statistics.pstdev(finals))}**"
         target = runs[0]["target"]
         reached = sum(bool(r["reached"]) for r in runs)
         unit = "gradient steps" if runs[0]["offline"] else "env steps"
@@ -209,7 +212,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
         reached_txt = "–" if target is None else f"{reached}/{len(runs)}"
         lines.append(
             f'| <a id="{case}"></a>{label} | {runs[0]["env"]} | {runs[0]["budget"]:,} {unit} '
-            f"| {target_txt} | **{_fmt(mean)} ± {_fmt(std)}** ({per_seed}) "
+            f"| {target_txt} | {spread} ({per_seed}) "
             f"| {reached_txt} | {statistics.median(r['seconds'] for r in runs):.0f} s "
             f"| {speed} | {cmd} |"
         )
