@@ -158,3 +158,53 @@ def test_box_actions_are_stored_as_the_env_applies_them(tmp_path: Path) -> None:
     record_dataset(policy, "Pendulum-v1", 400, tmp_path / "p.buf")
     act = ReplayBuffer.load(tmp_path / "p.buf").rollout().act
     assert float(act.abs().max()) == 2.0  # the wide Gaussian samples past +-2, clipped
+
+
+def test_a_normalized_run_is_evaluated_and_recorded_through_its_statistics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy trained with an ObservationNormalizer acts on normalised observations:
+    `eval` and `collect --checkpoint` must feed it those (with the run's statistics and
+    clip), while the dataset keeps the raw observations."""
+    from epochtrain.checkpoint import load_hook_states, load_policy
+    from epochtrain.factory import make_trainer
+    from epochtrain.trainer import ObservationNormalizer
+
+    ckpts = tmp_path / "ckpts"
+    normalizer = ObservationNormalizer(clip=0.5)  # a clip the defaults would not restore
+    trainer = make_trainer(
+        "ppo", "CartPole-v1", seed=0, hooks=[normalizer], checkpoint_dir=ckpts,
+        max_epoch=1, step_per_epoch=256, stop_fn=None, show_progress=False,
+    )  # fmt: skip
+    trainer.run()
+    ((name, state),) = load_hook_states(ckpts)
+    assert name == "ObservationNormalizer" and state["clip"] == 0.5
+
+    out = tmp_path / "norm.buf"
+    argv = ["collect", "--env", "CartPole-v1", "--checkpoint", str(ckpts), "--deterministic"]
+    assert main([*argv, "--steps", "300", "--out", str(out)]) == 0
+    batch = ReplayBuffer.load(out).rollout().flatten()
+    assert isinstance(batch.obs, torch.Tensor)
+    assert batch.obs.abs().max() > 0.5  # raw observations, not clipped normalised ones
+    policy = make_trainer("ppo", "CartPole-v1", seed=123).policy
+    load_policy(policy, ckpts)
+    seen = torch.from_numpy(normalizer.normalize(batch.obs.numpy()))
+    assert torch.equal(policy.act(seen, deterministic=True)[0], batch.act)
+    raw_actions = policy.act(batch.obs, deterministic=True)[0]
+    assert not torch.equal(raw_actions, batch.act)  # the transform changed what it did
+
+    capsys.readouterr()
+    assert main(["eval", str(ckpts), "--episodes", "10", "--seed", "5"]) == 0
+    reported = float(capsys.readouterr().out.split("mean return ")[1].split()[0])
+    test_collector = trainer.test_collector
+    assert test_collector is not None  # it tests through the normaliser, as eval must
+    test_collector.reset(seed=5)
+    stat = test_collector.collect(n_episode=10)  # the same 10 envs as eval builds
+    assert stat.returns_stat is not None
+    assert reported == pytest.approx(stat.returns_stat.mean, abs=0.01)
+
+
+def test_obs_transform_without_a_policy_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="obs_transform needs a policy"):
+        record_dataset(None, "CartPole-v1", 100, tmp_path / "r.buf", obs_transform=np.tanh)
+    assert not (tmp_path / "r.buf").exists()

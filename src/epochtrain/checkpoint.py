@@ -45,6 +45,7 @@ __all__ = [
     "find_checkpoints",
     "jsonable",
     "load_checkpoint",
+    "load_hook_states",
     "load_policy",
     "read_manifest",
     "resolve_checkpoint",
@@ -344,6 +345,21 @@ def load_policy(policy: Policy[Any], path: str | os.PathLike[str]) -> dict[str, 
     manifest = read_manifest(ckpt)
     policy.load_state_dict(_load_file(ckpt / "policy.pt"))
     return manifest
+
+
+def load_hook_states(path: str | os.PathLike[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The hooks saved in a checkpoint, in registration order: ``(type name, state)`` pairs.
+
+    Lets a tool that loads only the policy (``epochtrain eval``) rebuild the hooks that
+    change what the policy sees, such as an ``ObservationNormalizer``'s statistics.
+    """
+    ckpt = resolve_checkpoint(path)
+    read_manifest(ckpt)  # checks the files' hashes first
+    state = _load_file(ckpt / "trainer.pt")
+    try:
+        return [(str(entry["type"]), dict(entry["state"])) for entry in state["hooks"]]
+    except (KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {os.fspath(ckpt)!r} has no valid hook list") from exc
 
 
 def _test_return(ckpt: Path) -> float | None:

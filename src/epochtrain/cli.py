@@ -228,10 +228,15 @@ def _checkpoint_trainer(
 
     Returns the trainer, the resolved checkpoint directory and its manifest.
     """
-    from epochtrain.checkpoint import load_policy, read_manifest, resolve_checkpoint
+    from epochtrain.checkpoint import (
+        load_hook_states,
+        load_policy,
+        read_manifest,
+        resolve_checkpoint,
+    )
     from epochtrain.factory import DEFAULTS, make_envs, make_trainer
     from epochtrain.logger import LazyLogger
-    from epochtrain.trainer import OfflineTrainer
+    from epochtrain.trainer import ObservationNormalizer, OfflineTrainer
 
     ckpt = resolve_checkpoint(path)
     config = read_manifest(ckpt)["config"]
@@ -248,6 +253,12 @@ def _checkpoint_trainer(
         overrides["buffer"] = _one_transition(make_envs(env_id, 1))
     trainer = make_trainer(algo, env_id, seed=int(config.get("seed", 0)), **overrides)
     manifest = load_policy(trainer.policy, ckpt)
+    for name, state in load_hook_states(ckpt):
+        # the policy acts on normalised observations: test it on them, with the run's stats
+        if name == ObservationNormalizer.__qualname__:
+            normalizer = ObservationNormalizer()
+            trainer.register_hook(normalizer)
+            normalizer.load_state_dict(state)
     return trainer, ckpt, manifest
 
 
@@ -292,18 +303,25 @@ def _one_transition(envs: Any) -> Any:
     return buffer
 
 
-def _collect_policy(args: argparse.Namespace) -> tuple[Any, str]:
-    """The policy to record and its description (trains it first with ``--algo``)."""
+def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
+    """The policy to record, its description and the observation transform it acts through
+    (an ``ObservationNormalizer``'s, or None); trains the policy first with ``--algo``."""
     if args.random:
-        return None, "random"
+        return None, "random", None
     if args.checkpoint is not None:
+        from epochtrain.trainer import ObservationNormalizer
+
         trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1)
         if manifest["config"]["env_id"] != args.env:
             raise ValueError(
                 f"--checkpoint {args.checkpoint} was trained on {manifest['config']['env_id']}, "
                 f"not --env {args.env}: record on the env the policy was trained on"
             )
-        return trainer.policy, f"{manifest['config']['algo']} from {ckpt}"
+        transform = next(
+            (hook.normalize for hook in trainer.hooks if isinstance(hook, ObservationNormalizer)),
+            None,
+        )
+        return trainer.policy, f"{manifest['config']['algo']} from {ckpt}", transform
     from epochtrain.factory import make_trainer
 
     if args.train_steps is None and args.train_until is None:
@@ -320,7 +338,8 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str]:
         f"trained {args.algo} for {trainer.env_step} env steps "
         f"(best test return {best:.1f}, stop: {trainer.stop_reason or 'train-steps'})"
     )
-    return trainer.policy, f"{args.algo} trained {trainer.env_step} env steps (best {best:.1f})"
+    description = f"{args.algo} trained {trainer.env_step} env steps (best {best:.1f})"
+    return trainer.policy, description, None
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -333,7 +352,7 @@ def _collect(args: argparse.Namespace) -> int:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         if args.algo is None and (args.train_steps is not None or args.train_until is not None):
             raise ValueError("--train-steps and --train-until need --algo")
-        policy, description = _collect_policy(args)
+        policy, description, transform = _collect_policy(args)
         info = record_dataset(
             policy,
             args.env,
@@ -343,6 +362,7 @@ def _collect(args: argparse.Namespace) -> int:
             num_envs=args.num_envs,
             deterministic=args.deterministic,
             policy_name=description,
+            obs_transform=transform,
         )
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)

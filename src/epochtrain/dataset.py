@@ -17,6 +17,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import torch
 from epochtrain.algorithms.base import Policy
 from epochtrain.data import Collector, ReplayBuffer
 from epochtrain.data.batch import ActResult, Obs
+from epochtrain.data.collector import Actor
 
 __all__ = ["DatasetInfo", "record_dataset"]
 
@@ -62,6 +64,21 @@ class _RandomActor:
 
     def to_tensor(self, obs: Obs) -> Obs:
         return obs
+
+
+class _ObsTransformedActor:
+    """``policy`` acting on ``transform(obs)``; the collector still stores the raw obs."""
+
+    def __init__(self, policy: Policy[Any], transform: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.policy, self.transform = policy, transform
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        return self.policy.act(obs, deterministic)
+
+    def to_tensor(self, obs: Obs) -> Obs:
+        assert isinstance(obs, torch.Tensor), "obs_transform needs array observations"
+        moved = torch.from_numpy(self.transform(obs.cpu().numpy()))
+        return self.policy.to_tensor(moved)
 
 
 def _clip_actions(buffer: ReplayBuffer, space: gym.Space[Any]) -> None:
@@ -100,12 +117,15 @@ def record_dataset(
     num_envs: int = 1,
     deterministic: bool = False,
     policy_name: str | None = None,
+    obs_transform: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> DatasetInfo:
     """Record ``n_steps`` env steps of ``policy`` (``None``: random actions) into ``path``.
 
     ``deterministic=False`` keeps the policy's own exploration (as D4RL's datasets do);
     ``True`` records its deterministic actions. The run is seeded by ``seed`` and does
-    not touch the caller's random state. Returns the :class:`DatasetInfo` that is also
+    not touch the caller's random state. ``obs_transform`` maps raw observations to what the
+    policy acts on (e.g. ``ObservationNormalizer.normalize`` of the run that trained it);
+    the dataset stores the raw ones. Returns the :class:`DatasetInfo` that is also
     written to ``<path>.json``; the returns are those of the episodes that ended.
     """
     if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
@@ -114,6 +134,8 @@ def record_dataset(
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
     if policy is not None and not isinstance(policy, Policy):
         raise TypeError(f"policy must be an epochtrain Policy or None, got {type(policy)}")
+    if obs_transform is not None and policy is None:
+        raise ValueError("obs_transform needs a policy: random actions ignore observations")
     from epochtrain.factory import make_envs
 
     out = Path(path)
@@ -121,7 +143,9 @@ def record_dataset(
     envs = make_envs(env_id, num_envs)
     rows = math.ceil(n_steps / num_envs)
     buffer = ReplayBuffer(rows * num_envs, num_envs)
-    actor = policy if policy is not None else _RandomActor(envs)
+    actor: Actor = _RandomActor(envs) if policy is None else policy
+    if policy is not None and obs_transform is not None:
+        actor = _ObsTransformedActor(policy, obs_transform)
     collector = Collector(actor, envs, buffer, exploration=not deterministic)
     start = time.perf_counter()
     saved_numpy = np.random.get_state()

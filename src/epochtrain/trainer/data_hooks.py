@@ -101,12 +101,14 @@ class ObservationNormalizer(TrainerHook):
         return self.normalize(obs)
 
     def state_dict(self) -> dict[str, Any]:
-        """The running statistics."""
-        return {"rms": self.rms.state_dict()}
+        """The running statistics, and ``epsilon`` and ``clip`` to rebuild the transform."""
+        return {"rms": self.rms.state_dict(), "epsilon": self.epsilon, "clip": self.clip}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the running statistics."""
+        """Restore the running statistics (and ``epsilon``/``clip`` when saved)."""
         self.rms.load_state_dict(state["rms"])
+        self.epsilon = float(state.get("epsilon", self.epsilon))
+        self.clip = state.get("clip", self.clip)
 
     def reset(self) -> None:
         """Forget the statistics."""
