@@ -29,7 +29,7 @@ lint: setup
 
 bench: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/throughput.py
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/solve_cartpole.py
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/time_to_solve.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

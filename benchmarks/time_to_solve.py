@@ -1,12 +1,14 @@
-"""Time to solve CartPole-v1 (10 deterministic test episodes with mean >= 475).
+"""Time to solve an env: until 10 deterministic test episodes reach a mean threshold.
 
 For each seed, runs each algorithm in turn (dqn s0, ppo s0, dqn s1, ...) through
-``make_trainer(algo, "CartPole-v1", seed=s, show_progress=False)``. The clock starts at
-the first ``next()`` (training, warm-up and tests included; env and network setup
-excluded) and stops when the trainer stops. Prints one line per run, then a markdown
-table of median / min / max; ``--out`` appends one JSON line per run.
+``make_trainer(algo, env, seed=s, show_progress=False, stop_fn=best >= threshold)``. The
+clock starts at the first ``next()`` (training, warm-up and tests included; env and network
+setup excluded) and stops when the trainer stops. Prints one line per run, then a markdown
+table of median / min / max; ``--out`` appends one JSON line per run. CartPole-v1's
+threshold is 475; Pendulum-v1 has none, the peers' figures (``baselines.md``) use -250.
 
-    python benchmarks/solve_cartpole.py --seeds 0 1 2 3 4 --algos dqn ppo --out runs.jsonl
+    python benchmarks/time_to_solve.py --seeds 0 1 2 3 4 --algos dqn ppo --out runs.jsonl
+    python benchmarks/time_to_solve.py --env Pendulum-v1 --threshold -250 --algos sac
 """
 
 from __future__ import annotations
@@ -22,14 +24,25 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from epochtrain.factory import make_trainer
+from epochtrain.factory import DEFAULTS, make_trainer
+from epochtrain.trainer import OfflineTrainer
 
-THRESHOLD = 475.0
+THRESHOLDS = {"CartPole-v1": 475.0}
+"""Default thresholds per env; other envs need ``--threshold``."""
 
 
-def run_one(algo: str, seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
+def run_one(
+    algo: str, env_id: str, threshold: float, seed: int, overrides: dict[str, Any]
+) -> dict[str, Any]:
     """Train ``algo`` with ``seed`` until it stops; return the run's figures."""
-    trainer = make_trainer(algo, "CartPole-v1", seed=seed, show_progress=False, **overrides)
+    trainer = make_trainer(
+        algo,
+        env_id,
+        seed=seed,
+        show_progress=False,
+        stop_fn=lambda best: best >= threshold,
+        **overrides,
+    )
     start = time.perf_counter()
     for _ in trainer:
         pass
@@ -37,13 +50,15 @@ def run_one(algo: str, seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
     info = trainer.info_stat()
     return {
         "algo": algo,
+        "env": env_id,
+        "threshold": threshold,
         "seed": seed,
         "seconds": round(seconds, 3),
         "env_steps": info.env_step,
         "gradient_steps": info.gradient_step,
         "epochs": info.epoch,
         "best_test_return": info.best_test_return,
-        "reached": info.best_test_return >= THRESHOLD,
+        "reached": info.best_test_return >= threshold,
         "test_seconds": round(info.test_time, 3),
         "stop_reason": trainer.stop_reason,
         "overrides": {k: repr(v) for k, v in overrides.items()},
@@ -83,7 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the flags, run every (seed, algo) pair, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--algos", nargs="+", default=["dqn", "ppo"], choices=["dqn", "ppo"])
+    online = sorted(a for a, spec in DEFAULTS.items() if spec.trainer_cls is not OfflineTrainer)
+    parser.add_argument("--algos", nargs="+", default=["dqn", "ppo"], choices=online)
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
+    parser.add_argument(
+        "--threshold", type=float, default=None, help="mean test return that solves the env"
+    )
     parser.add_argument("--out", default=None, help="append one JSON line per run here")
     parser.add_argument(
         "--set",
@@ -93,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
         help="override a make_trainer parameter, e.g. ppo.step_per_epoch=1024",
     )
     args = parser.parse_args(argv)
+    threshold = args.threshold if args.threshold is not None else THRESHOLDS.get(args.env)
+    if threshold is None:
+        parser.error(f"--threshold is needed for {args.env} (no default threshold)")
     overrides: dict[str, dict[str, Any]] = {algo: {} for algo in args.algos}
     for item in args.set:
         key, _, value = item.partition("=")
@@ -102,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
         for algo in args.algos:
-            run = run_one(algo, seed, overrides[algo])
+            run = run_one(algo, args.env, threshold, seed, overrides[algo])
             runs.append(run)
             print(
                 f"{algo} seed={seed}: {run['seconds']:.2f} s, {run['env_steps']} env steps, "
