@@ -76,7 +76,8 @@ class _ObsTransformedActor:
         return self.policy.act(obs, deterministic)
 
     def to_tensor(self, obs: Obs) -> Obs:
-        assert isinstance(obs, torch.Tensor), "obs_transform needs array observations"
+        if not isinstance(obs, torch.Tensor):
+            raise TypeError("obs_transform needs array (Box) observations, not dict ones")
         moved = torch.from_numpy(self.transform(obs.cpu().numpy()))
         return self.policy.to_tensor(moved)
 
