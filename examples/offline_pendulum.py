@@ -26,7 +26,7 @@ MEDIUM = -500.0
 EPOCHS = 5
 
 
-def test_return(stats: EpochStats[Any]) -> float:
+def mean_test_return(stats: EpochStats[Any]) -> float:
     """The mean return of an epoch's test episodes."""
     test = stats.test_collect_stat
     assert test is not None and test.returns_stat is not None
@@ -55,7 +55,8 @@ def main(out_dir: Path = Path("offline_pendulum")) -> None:
     for a, b in zip(td3bc, bc, strict=True):
         print(
             f"Epoch #{a.epoch} ({a.info_stat.gradient_step} gradient steps): "
-            f"td3bc {test_return(a):.0f}, bc {test_return(b):.0f}, dataset {info.return_mean:.0f}"
+            f"td3bc {mean_test_return(a):.0f}, bc {mean_test_return(b):.0f}, "
+            f"dataset {info.return_mean:.0f}"
         )
 
 

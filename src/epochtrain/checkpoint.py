@@ -354,7 +354,9 @@ def load_hook_states(path: str | os.PathLike[str]) -> list[tuple[str, dict[str, 
     change what the policy sees, such as an ``ObservationNormalizer``'s statistics.
     """
     ckpt = resolve_checkpoint(path)
-    read_manifest(ckpt)  # checks the files' hashes first
+    manifest = read_manifest(ckpt, verify_files=False)
+    if "trainer.pt" in manifest.get("files", {}):  # hash only the file read, not the buffer
+        _verify_file(ckpt / "trainer.pt", manifest["files"]["trainer.pt"])
     state = _load_file(ckpt / "trainer.pt")
     try:
         return [(str(entry["type"]), dict(entry["state"])) for entry in state["hooks"]]

@@ -121,7 +121,7 @@ def _checkpointing(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
     checkpoint_dir = args.checkpoint_dir
     if args.resume is not None:
         ckpt = resolve_checkpoint(args.resume)
-        config = read_manifest(ckpt)["config"]
+        config = read_manifest(ckpt, verify_files=False)["config"]  # load_policy verifies
         for key, value in (("algo", args.algo), ("env_id", args.env), ("seed", args.seed)):
             if key in config and config[key] != value:
                 raise ValueError(
@@ -239,7 +239,7 @@ def _checkpoint_trainer(
     from epochtrain.trainer import ObservationNormalizer, OfflineTrainer
 
     ckpt = resolve_checkpoint(path)
-    config = read_manifest(ckpt)["config"]
+    config = read_manifest(ckpt, verify_files=False)["config"]  # load_policy verifies
     if config.get("algo") not in DEFAULTS or "env_id" not in config:
         raise ValueError(
             f"{ckpt} was not written by `epochtrain train` or make_trainer (its manifest "
