@@ -14,11 +14,11 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from gymnasium.vector import AutoresetMode
 
 from epochtrain.algorithms import A2C, BC, CQL, DDPG, DQN, PG, PPO, SAC, TD3, TD3BC, Policy
 from epochtrain.checkpoint import jsonable
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
+from epochtrain.envs import make_envs
 from epochtrain.trainer import BaseTrainer, OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 
 __all__ = ["DEFAULTS", "FACTORY_PARAMS", "AlgoDefaults", "make_envs", "make_trainer"]
@@ -306,17 +306,6 @@ def _keyword_params(cls: type) -> set[str]:
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
     return names - _BUILT
-
-
-def make_envs(env_id: str, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
-    """``num_envs`` copies of ``env_id`` in a SyncVectorEnv with SAME_STEP autoreset."""
-    envs: gym.vector.VectorEnv[Any, Any, Any] = gym.make_vec(
-        env_id,
-        num_envs=num_envs,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-    )
-    return envs
 
 
 def _default_stop_fn(env_id: str) -> Callable[[float], bool] | None:
