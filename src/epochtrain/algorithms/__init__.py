@@ -1,18 +1,22 @@
-"""Reference algorithms; each module implements one paper."""
+"""Reference algorithms; each module implements one paper: its config, policy and stats."""
 
-from epochtrain.algorithms.a2c import A2C, A2CTrainingStats
-from epochtrain.algorithms.actor_critic import ActorCriticPolicy
-from epochtrain.algorithms.base import Policy
-from epochtrain.algorithms.bc import BC, BCTrainingStats
-from epochtrain.algorithms.cql import CQL, CQLTrainingStats
-from epochtrain.algorithms.ddpg import DDPG, DDPGTrainingStats
+from epochtrain.algorithms.a2c import A2C, A2CConfig, A2CTrainingStats
+from epochtrain.algorithms.actor_critic import (
+    ActorCriticConfig,
+    ActorCriticPolicy,
+    AdvantageConfig,
+)
+from epochtrain.algorithms.base import TRAINER_KINDS, Policy, TrainerKind, resolve_config
+from epochtrain.algorithms.bc import BC, BCConfig, BCTrainingStats
+from epochtrain.algorithms.cql import CQL, CQLConfig, CQLTrainingStats
+from epochtrain.algorithms.ddpg import DDPG, DDPGConfig, DDPGTrainingStats
 from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
-from epochtrain.algorithms.dqn import DQN, DQNTrainingStats
-from epochtrain.algorithms.pg import PG, PGTrainingStats
-from epochtrain.algorithms.ppo import PPO, PPOTrainingStats
-from epochtrain.algorithms.sac import SAC, SACTrainingStats
-from epochtrain.algorithms.td3 import TD3, TD3TrainingStats
-from epochtrain.algorithms.td3bc import TD3BC, TD3BCTrainingStats
+from epochtrain.algorithms.dqn import DQN, DQNConfig, DQNTrainingStats
+from epochtrain.algorithms.pg import PG, PGConfig, PGTrainingStats
+from epochtrain.algorithms.ppo import PPO, PPOConfig, PPOTrainingStats
+from epochtrain.algorithms.sac import SAC, SACBase, SACConfig, SACTrainingStats
+from epochtrain.algorithms.td3 import TD3, TD3Config, TD3TrainingStats
+from epochtrain.algorithms.td3bc import TD3BC, TD3BCConfig, TD3BCTrainingStats
 
 __all__ = [
     "A2C",
@@ -25,17 +29,33 @@ __all__ = [
     "SAC",
     "TD3",
     "TD3BC",
+    "TRAINER_KINDS",
+    "A2CConfig",
     "A2CTrainingStats",
+    "ActorCriticConfig",
     "ActorCriticPolicy",
+    "AdvantageConfig",
+    "BCConfig",
     "BCTrainingStats",
+    "CQLConfig",
     "CQLTrainingStats",
+    "DDPGConfig",
     "DDPGTrainingStats",
+    "DQNConfig",
     "DQNTrainingStats",
     "DeterministicActorCritic",
+    "PGConfig",
     "PGTrainingStats",
+    "PPOConfig",
     "PPOTrainingStats",
     "Policy",
+    "SACBase",
+    "SACConfig",
     "SACTrainingStats",
+    "TD3BCConfig",
     "TD3BCTrainingStats",
+    "TD3Config",
     "TD3TrainingStats",
+    "TrainerKind",
+    "resolve_config",
 ]

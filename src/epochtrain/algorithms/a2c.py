@@ -17,7 +17,6 @@ returns), then calls :meth:`A2C.learn` once on the whole rollout (``repeat_per_c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +26,17 @@ import torch.nn.functional as F
 
 from epochtrain.algorithms.actor_critic import (
     ActorCriticPolicy,
+    AdvantageConfig,
     explained_variance,
     obs_tensor,
 )
+from epochtrain.algorithms.base import resolve_config
 from epochtrain.algorithms.pg import PGTrainingStats
+from epochtrain.config import param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 
-__all__ = ["A2C", "A2CTrainingStats"]
+__all__ = ["A2C", "A2CConfig", "A2CTrainingStats"]
 
 
 @dataclass(kw_only=True)
@@ -50,6 +52,24 @@ class A2CTrainingStats(PGTrainingStats):
     explained_variance: SequenceSummaryStats
 
 
+@dataclass(frozen=True, kw_only=True)
+class A2CConfig(AdvantageConfig):
+    """A2C settings: Stable-Baselines3's defaults (lr 7e-4, gamma 0.99, GAE lambda 1,
+    value weight 0.5, no entropy bonus, gradient norm 0.5, RMSprop alpha 0.99 eps 1e-5,
+    no advantage normalisation)."""
+
+    lr: float = param(7e-4, gt=0)
+    """RMSprop learning rate."""
+    gae_lambda: float = param(1.0, ge=0, le=1)
+    """GAE lambda (1: n-step returns bootstrapped at the rollout's end, as the paper)."""
+    normalize_advantage: bool = False
+    """Scale each batch's advantages to mean 0 and std 1."""
+    rms_alpha: float = param(0.99, gt=0, lt=1)
+    """RMSprop smoothing constant."""
+    rms_eps: float = param(1e-5, gt=0)
+    """RMSprop epsilon."""
+
+
 class A2C(ActorCriticPolicy[A2CTrainingStats]):
     """Synchronous advantage actor-critic for Discrete or Box action spaces.
 
@@ -58,47 +78,29 @@ class A2C(ActorCriticPolicy[A2CTrainingStats]):
     linearly to zero over that many env steps (``None``: constant).
     """
 
+    config: A2CConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: A2CConfig | None = None,
         *,
-        lr: float = 7e-4,
-        gamma: float = 0.99,
-        gae_lambda: float = 1.0,
-        vf_coef: float = 0.5,
-        ent_coef: float = 0.0,
-        max_grad_norm: float | None = 0.5,
-        normalize_advantage: bool = False,
-        rms_alpha: float = 0.99,
-        rms_eps: float = 1e-5,
-        hidden: Sequence[int] = (64, 64),
-        lr_anneal_steps: int | None = None,
-        log_std_init: float = 0.0,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
-        if not 0.0 < rms_alpha < 1.0:
-            raise ValueError(f"rms_alpha must be in (0, 1), got {rms_alpha!r}")
-        if not rms_eps > 0:
-            raise ValueError(f"rms_eps must be positive, got {rms_eps!r}")
+        cfg = resolve_config(A2CConfig, config, overrides)
         super().__init__(
             observation_space,
             action_space,
+            cfg,
             use_critic=True,
-            lr=lr,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            normalize_advantage=normalize_advantage,
-            hidden=hidden,
-            lr_anneal_steps=lr_anneal_steps,
-            log_std_init=log_std_init,
+            gae_lambda=cfg.gae_lambda,
             device=device,
         )
-        self.ent_coef = ent_coef
+        self.ent_coef = cfg.ent_coef
         self.optimizers["a2c"] = torch.optim.RMSprop(
-            self.trainable_parameters(), lr=lr, alpha=rms_alpha, eps=rms_eps
+            self.trainable_parameters(), lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.rms_eps
         )
 
     def learn(self, batch: Batch) -> A2CTrainingStats:

@@ -24,19 +24,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import Policy, TrainerKind
+from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, flat_dim
 from epochtrain.stats import TrainingStats
 
-__all__ = ["ActorCriticPolicy", "explained_variance", "gae", "obs_tensor"]
+__all__ = [
+    "ActorCriticConfig",
+    "ActorCriticPolicy",
+    "AdvantageConfig",
+    "explained_variance",
+    "gae",
+    "obs_tensor",
+]
 
 TStats = TypeVar("TStats", bound=TrainingStats)
 
@@ -100,27 +108,36 @@ def _action_dim(action_space: gym.Space[Any], algo: str) -> int:
     )
 
 
-def _check_hyper_parameters(
-    *,
-    lr: float,
-    gamma: float,
-    gae_lambda: float,
-    vf_coef: float,
-    lr_anneal_steps: int | None,
-    max_grad_norm: float | None,
-) -> None:
-    """ValueError naming the first hyper-parameter outside its range."""
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
-    for name, value in (("gamma", gamma), ("gae_lambda", gae_lambda)):
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-    if not vf_coef >= 0:
-        raise ValueError(f"vf_coef must be >= 0, got {vf_coef!r}")
-    if lr_anneal_steps is not None and lr_anneal_steps <= 0:
-        raise ValueError(f"lr_anneal_steps must be a positive int or None, got {lr_anneal_steps!r}")
-    if max_grad_norm is not None and max_grad_norm <= 0:
-        raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+@dataclass(frozen=True, kw_only=True)
+class ActorCriticConfig(Config):
+    """Settings shared by the on-policy family (PG, A2C, PPO)."""
+
+    lr: float = param(3e-4, gt=0)
+    """Learning rate of the optimizer."""
+    gamma: float = param(0.99, ge=0, le=1)
+    """Discount factor."""
+    vf_coef: float = param(0.5, ge=0)
+    """Weight of the critic's value loss in the total loss."""
+    max_grad_norm: float | None = param(0.5, gt=0)
+    """Clip the gradient norm to this (None: no clipping)."""
+    normalize_advantage: bool = True
+    """Scale each minibatch's advantages to mean 0 and std 1."""
+    hidden: tuple[int, ...] = param((64, 64), ge=1)
+    """Hidden layer sizes of the actor and critic MLPs."""
+    lr_anneal_steps: int | None = param(None, ge=1)
+    """Decay the learning rate linearly to 0 over this many env steps (None: constant)."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdvantageConfig(ActorCriticConfig):
+    """Settings of the actor-critics that learn a critic and use GAE (A2C, PPO)."""
+
+    gae_lambda: float = param(0.95, ge=0, le=1)
+    """GAE lambda (1: Monte-Carlo returns bootstrapped at the rollout's end)."""
+    ent_coef: float = param(0.0, ge=0)
+    """Weight of the entropy bonus."""
 
 
 class ActorCriticPolicy(Policy[TStats], ABC):
@@ -133,45 +150,34 @@ class ActorCriticPolicy(Policy[TStats], ABC):
     ``None`` for constant) decays the learning rate linearly to zero.
     """
 
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"onpolicy"})
+    config: ActorCriticConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: ActorCriticConfig,
         *,
         use_critic: bool,
-        lr: float,
-        gamma: float,
         gae_lambda: float,
-        vf_coef: float,
-        max_grad_norm: float | None,
-        normalize_advantage: bool,
-        hidden: Sequence[int],
-        lr_anneal_steps: int | None,
-        log_std_init: float,
         device: str | torch.device,
     ) -> None:
         act_dim = _action_dim(action_space, type(self).__name__)
-        _check_hyper_parameters(
-            lr=lr,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            vf_coef=vf_coef,
-            lr_anneal_steps=lr_anneal_steps,
-            max_grad_norm=max_grad_norm,
-        )
         obs_dim = flat_dim(observation_space)
-        super().__init__(observation_space, action_space, device=device)
+        super().__init__(observation_space, action_space, config, device=device)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.lr, self.gamma, self.gae_lambda = lr, gamma, gae_lambda
-        self.vf_coef, self.max_grad_norm = vf_coef, max_grad_norm
-        self.normalize_advantage = normalize_advantage
-        self.lr_anneal_steps = lr_anneal_steps
+        self.lr, self.gamma, self.gae_lambda = config.lr, config.gamma, gae_lambda
+        self.vf_coef, self.max_grad_norm = config.vf_coef, config.max_grad_norm
+        self.normalize_advantage = config.normalize_advantage
+        self.lr_anneal_steps = config.lr_anneal_steps
+        hidden = config.hidden
         self.actor = MLP(obs_dim, act_dim, hidden, nn.Tanh, out_gain=0.01)
         self.critic: MLP | None = (
             MLP(obs_dim, 1, hidden, nn.Tanh, out_gain=1.0) if use_critic else None
         )
         # unused (and frozen) for discrete actions, so every policy has the same state keys
-        log_std = torch.full((act_dim,), log_std_init)
+        log_std = torch.full((act_dim,), config.log_std_init)
         self.log_std = nn.Parameter(log_std, requires_grad=not self.discrete)
         self.to(self.device)
 

@@ -10,20 +10,47 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
+from epochtrain.config import Config
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
     from epochtrain.data.buffer import ReplayBuffer
 
-__all__ = ["ActResult", "OptimizerHook", "Policy"]
+__all__ = ["TRAINER_KINDS", "ActResult", "OptimizerHook", "Policy", "TrainerKind", "resolve_config"]
+
+TrainerKind = Literal["onpolicy", "offpolicy", "offline"]
+"""How a trainer feeds a policy: fresh rollouts, replay samples, or a fixed dataset."""
+
+TRAINER_KINDS: tuple[TrainerKind, ...] = ("onpolicy", "offpolicy", "offline")
+
+TConfig = TypeVar("TConfig", bound=Config)
+
+
+def resolve_config(
+    config_cls: type[TConfig], config: TConfig | None, overrides: Mapping[str, object]
+) -> TConfig:
+    """``config`` (default: ``config_cls()``) with the keyword ``overrides`` applied.
+
+    So ``PPO(obs_space, act_space, PPOConfig(lr=3e-4))`` and ``PPO(obs_space, act_space,
+    lr=3e-4)`` build the same policy; a misspelt keyword is a ``TypeError`` naming it.
+    """
+    if config is None:
+        return config_cls.from_dict(overrides)
+    if type(config) is not config_cls:
+        raise TypeError(
+            f"config must be a {config_cls.__name__}, got {type(config).__name__}: build it "
+            f"with {config_cls.__name__}(...) or pass the settings as keywords"
+        )
+    return config.replace(**overrides) if overrides else config
+
 
 OptimizerHook = Callable[[str, torch.optim.Optimizer], None]
 """``hook(optimizer_name, optimizer)``: runs after ``backward`` and before ``step``."""
@@ -48,20 +75,33 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
     """Abstract policy, generic in the training statistics its ``learn`` returns.
 
     Subclasses create their networks and fill ``self.optimizers`` (name to optimizer) in
-    ``__init__``; everything else in this base is shared machinery.
+    ``__init__``; everything else in this base is shared machinery. ``config`` holds the
+    algorithm's settings (a frozen :class:`~epochtrain.config.Config`); ``trainer_kinds``
+    declares which trainers can feed the policy, checked when a trainer is built.
     """
+
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset(TRAINER_KINDS)
+    """The trainer kinds this policy learns under (default: all)."""
 
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: Config | None = None,
         *,
         device: str | torch.device = "cpu",
     ) -> None:
         super().__init__()
+        self.config = config if config is not None else Config()
+        """The algorithm's settings (read-only)."""
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = _check_device(device)
+        self.exploration: float | None = None
+        """The user's explicit exploration setting (DQN: epsilon; DDPG/TD3: noise scale),
+        which wins over the config's schedule while it is not ``None``; set it in
+        ``train_fn``/``test_fn`` (it holds for that phase) and set ``None`` to hand control
+        back to the schedule. Policies without a tunable exploration ignore it."""
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.optimizer_hooks: list[OptimizerHook] = []
         """Called by :meth:`optimize` between ``backward`` and ``step`` (e.g. GradClip)."""
@@ -122,8 +162,11 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         opt.step()
 
     def get_extra_state(self) -> dict[str, Any]:
-        """Optimizer states, so that ``state_dict`` carries them."""
-        return {"optimizers": {k: v.state_dict() for k, v in self.optimizers.items()}}
+        """Optimizer states and the user's exploration setting, so ``state_dict`` carries them."""
+        return {
+            "optimizers": {k: v.state_dict() for k, v in self.optimizers.items()},
+            "exploration": self.exploration,
+        }
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         """Restore the optimizer states saved by :meth:`get_extra_state`."""
@@ -136,6 +179,7 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         for name, opt_state in saved.items():
             # a copy: torch keeps the given tensors, and two live policies must not share them
             self.optimizers[name].load_state_dict(copy.deepcopy(opt_state))
+        self.exploration = state.get("exploration")
 
     def to_tensor(self, obs: Obs) -> Obs:
         """Observations moved to the policy's device as float tensors where needed."""

@@ -12,9 +12,8 @@ network output squashed by ``tanh`` into the action space's bounds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -22,12 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import Policy, TrainerKind, resolve_config
+from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, flat_dim
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
-__all__ = ["BC", "BCTrainingStats"]
+__all__ = ["BC", "BCConfig", "BCTrainingStats"]
 
 
 @dataclass(kw_only=True)
@@ -43,6 +43,16 @@ def _tensor(obs: Obs) -> Tensor:
     return obs
 
 
+@dataclass(frozen=True, kw_only=True)
+class BCConfig(Config):
+    """Behaviour-cloning settings: Adam lr 1e-3, a 64x64 MLP."""
+
+    lr: float = param(1e-3, gt=0)
+    """Adam learning rate."""
+    hidden: tuple[int, ...] = param((64, 64), ge=1)
+    """Hidden layer sizes of the MLP."""
+
+
 class BC(Policy[BCTrainingStats]):
     """Behaviour cloning for a Discrete or a 1-d bounded Box action space.
 
@@ -54,15 +64,19 @@ class BC(Policy[BCTrainingStats]):
     action_center: Tensor
     action_half_range: Tensor
 
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offline"})
+    config: BCConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: BCConfig | None = None,
         *,
-        lr: float = 1e-3,
-        hidden: Sequence[int] = (64, 64),
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
+        cfg = resolve_config(BCConfig, config, overrides)
         if isinstance(action_space, gym.spaces.Discrete):
             out_dim = int(action_space.n)
         elif (
@@ -77,11 +91,9 @@ class BC(Policy[BCTrainingStats]):
                 "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
                 f"with finite bounds for BC, got {action_space!r}"
             )
-        if not lr > 0:
-            raise ValueError(f"lr must be positive, got {lr!r}")
-        super().__init__(observation_space, action_space, device=device)
+        super().__init__(observation_space, action_space, cfg, device=device)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.net = MLP(flat_dim(observation_space), out_dim, hidden, nn.ReLU)
+        self.net = MLP(flat_dim(observation_space), out_dim, cfg.hidden, nn.ReLU)
         low, high = np.zeros(out_dim), np.ones(out_dim)
         if isinstance(action_space, gym.spaces.Box):
             low, high = action_space.low, action_space.high
@@ -91,7 +103,7 @@ class BC(Policy[BCTrainingStats]):
         self.register_buffer("action_center", center)
         self.register_buffer("action_half_range", half)
         self.to(self.device)
-        self.optimizers["net"] = torch.optim.Adam(self.net.parameters(), lr=lr, fused=True)
+        self.optimizers["net"] = torch.optim.Adam(self.net.parameters(), lr=cfg.lr, fused=True)
 
     def squash(self, out: Tensor) -> Tensor:
         """Network output mapped into the Box action bounds with ``tanh``."""

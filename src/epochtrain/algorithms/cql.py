@@ -21,19 +21,20 @@ one Lagrange step), then SAC's actor and temperature steps and the target update
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from epochtrain.algorithms.sac import SACBase, SACTrainingStats
+from epochtrain.algorithms.base import TrainerKind, resolve_config
+from epochtrain.algorithms.sac import SACBase, SACConfig, SACTrainingStats
+from epochtrain.config import param
 from epochtrain.data.batch import Batch, Obs
 from epochtrain.stats import SequenceSummaryStats
 
-__all__ = ["CQL", "CQLTrainingStats"]
+__all__ = ["CQL", "CQLConfig", "CQLTrainingStats"]
 
 
 @dataclass(kw_only=True)
@@ -58,6 +59,25 @@ def _tensor(obs: Obs) -> Tensor:
     return obs
 
 
+@dataclass(frozen=True, kw_only=True)
+class CQLConfig(SACConfig):
+    """CQL(H) settings (Kumar et al. 2020; as d3rlpy): actor lr 1e-4, critic lr 3e-4,
+    temperature lr 1e-4, penalty weight 5, 10 sampled actions of each kind."""
+
+    actor_lr: float = param(1e-4, gt=0)
+    """Adam learning rate of the actor."""
+    alpha_lr: float = param(1e-4, gt=0)
+    """Adam learning rate of the temperature."""
+    cql_alpha: float = param(5.0, ge=0)
+    """Weight of the conservative penalty."""
+    n_action_samples: int = param(10, ge=1)
+    """Actions sampled of each kind (uniform, current policy, next policy) per state."""
+    lagrange_threshold: float | None = None
+    """Lagrange variant: the penalty target (None: fixed weight cql_alpha)."""
+    cql_weight_lr: float = param(1e-4, gt=0)
+    """Adam learning rate of the Lagrange multiplier."""
+
+
 class CQL(SACBase[CQLTrainingStats]):
     """CQL(H) on SAC (see :class:`~epochtrain.algorithms.sac.SACBase` for SAC's settings).
 
@@ -67,52 +87,22 @@ class CQL(SACBase[CQLTrainingStats]):
     penalty is multiplied by ``exp(log_cql_weight)``, trained at ``cql_weight_lr``.
     """
 
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offline"})
+    config: CQLConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: CQLConfig | None = None,
         *,
-        hidden: Sequence[int] = (256, 256),
-        actor_lr: float = 1e-4,
-        critic_lr: float = 3e-4,
-        alpha_lr: float = 1e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        alpha: float = 1.0,
-        auto_alpha: bool = True,
-        target_entropy: float | None = None,
-        target_entropy_ratio: float = 0.98,
-        cql_alpha: float = 5.0,
-        n_action_samples: int = 10,
-        lagrange_threshold: float | None = None,
-        cql_weight_lr: float = 1e-4,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
-        if not cql_alpha >= 0:
-            raise ValueError(f"cql_alpha must be >= 0, got {cql_alpha!r}")
-        if (
-            isinstance(n_action_samples, bool)
-            or not isinstance(n_action_samples, int)
-            or n_action_samples < 1
-        ):
-            raise ValueError(f"n_action_samples must be a positive int, got {n_action_samples!r}")
-        if not cql_weight_lr > 0:
-            raise ValueError(f"cql_weight_lr must be positive, got {cql_weight_lr!r}")
-        super().__init__(
-            observation_space,
-            action_space,
-            hidden=hidden,
-            actor_lr=actor_lr,
-            critic_lr=critic_lr,
-            alpha_lr=alpha_lr,
-            gamma=gamma,
-            tau=tau,
-            alpha=alpha,
-            auto_alpha=auto_alpha,
-            target_entropy=target_entropy,
-            target_entropy_ratio=target_entropy_ratio,
-            device=device,
-        )
+        cfg = resolve_config(CQLConfig, config, overrides)
+        super().__init__(observation_space, action_space, cfg, device=device)
+        cql_alpha, n_action_samples = cfg.cql_alpha, cfg.n_action_samples
+        lagrange_threshold, cql_weight_lr = cfg.lagrange_threshold, cfg.cql_weight_lr
         self.cql_alpha = cql_alpha
         self.n_action_samples = n_action_samples
         self.lagrange_threshold = lagrange_threshold

@@ -16,18 +16,19 @@ Box); the off-policy trainer samples minibatches from the replay buffer and call
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import torch
 
+from epochtrain.algorithms.base import resolve_config
 from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
+from epochtrain.config import Config, param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
-__all__ = ["DDPG", "DDPGTrainingStats"]
+__all__ = ["DDPG", "DDPGConfig", "DDPGTrainingStats"]
 
 
 @dataclass(kw_only=True)
@@ -45,6 +46,27 @@ class DDPGTrainingStats(TrainingStats):
     q_mean: SequenceSummaryStats
 
 
+@dataclass(frozen=True, kw_only=True)
+class DDPGConfig(Config):
+    """DDPG settings, the TD3 paper's "our DDPG" (Fujimoto et al. 2018): lr 3e-4,
+    256x256 nets, tau 0.005, gamma 0.99, Gaussian exploration noise 0.1."""
+
+    hidden: tuple[int, ...] = param((256, 256), ge=1)
+    """Hidden layer sizes of the actor and critic MLPs."""
+    actor_lr: float = param(3e-4, gt=0)
+    """Adam learning rate of the actor."""
+    critic_lr: float = param(3e-4, gt=0)
+    """Adam learning rate of the critics."""
+    gamma: float = param(0.99, ge=0, le=1)
+    """Discount factor."""
+    tau: float = param(0.005, gt=0, le=1)
+    """Polyak rate of the target networks (1: hard copy)."""
+    exploration_noise: float = param(0.1, ge=0)
+    """Std of the Gaussian exploration noise, as a fraction of the action half-range."""
+    max_grad_norm: float | None = param(None, gt=0)
+    """Clip the gradient norm to this (None: no clipping)."""
+
+
 class DDPG(DeterministicActorCritic[DDPGTrainingStats]):
     """DDPG for a 1-d bounded Box action space: one critic, actor step every step.
 
@@ -52,34 +74,26 @@ class DDPG(DeterministicActorCritic[DDPGTrainingStats]):
     fraction of the action half-range; deterministic acting adds none.
     """
 
+    config: DDPGConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: DDPGConfig | None = None,
         *,
-        hidden: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        exploration_noise: float = 0.1,
-        max_grad_norm: float | None = None,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
+        cfg = resolve_config(DDPGConfig, config, overrides)
         super().__init__(
             observation_space,
             action_space,
-            hidden=hidden,
-            actor_lr=actor_lr,
-            critic_lr=critic_lr,
-            gamma=gamma,
-            tau=tau,
-            exploration_noise=exploration_noise,
+            cfg,
             n_critics=1,
             policy_noise=0.0,
             noise_clip=0.0,
             policy_delay=1,
-            max_grad_norm=max_grad_norm,
             device=device,
         )
 

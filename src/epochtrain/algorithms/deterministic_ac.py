@@ -26,18 +26,20 @@ from __future__ import annotations
 
 import copy
 from abc import ABC
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import Policy, TrainerKind
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update
 from epochtrain.stats import TTrainingStats
+
+if TYPE_CHECKING:
+    from epochtrain.algorithms.ddpg import DDPGConfig
 
 __all__ = ["DeterministicActorCritic"]
 
@@ -54,55 +56,32 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
     action_center: Tensor
     action_half_range: Tensor
 
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offpolicy", "offline"})
+    config: DDPGConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: DDPGConfig,
         *,
-        hidden: Sequence[int],
-        actor_lr: float,
-        critic_lr: float,
-        gamma: float,
-        tau: float,
-        exploration_noise: float,
         n_critics: int,
         policy_noise: float,
         noise_clip: float,
         policy_delay: int,
-        max_grad_norm: float | None,
         device: str | torch.device,
     ) -> None:
         center, half_range = box_bounds(action_space)
         obs_dim = flat_dim(observation_space)
-        for name, value in (("actor_lr", actor_lr), ("critic_lr", critic_lr)):
-            if not value > 0:
-                raise ValueError(f"{name} must be positive, got {value!r}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1] (1 = hard copy), got {tau!r}")
-        noises = {
-            "exploration_noise": exploration_noise,
-            "policy_noise": policy_noise,
-            "noise_clip": noise_clip,
-        }
-        for name, value in noises.items():
-            if not value >= 0:
-                raise ValueError(
-                    f"{name} must be >= 0 (a fraction of the action half-range), got {value!r}"
-                )
-        if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
-            raise ValueError(f"policy_delay must be an int >= 1, got {policy_delay!r}")
-        if max_grad_norm is not None and not max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
-        super().__init__(observation_space, action_space, device=device)
-        self.gamma = gamma
-        self.tau = tau
-        self.exploration_noise = exploration_noise
+        super().__init__(observation_space, action_space, config, device=device)
+        hidden = config.hidden
+        self.gamma = config.gamma
+        self.tau = config.tau
+        self.exploration_noise = config.exploration_noise
         self.policy_noise = policy_noise
         self.noise_clip = noise_clip
         self.policy_delay = policy_delay
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = config.max_grad_norm
         act_dim = int(center.shape[0])
         self.register_buffer("action_center", center)
         self.register_buffer("action_half_range", half_range)
@@ -114,10 +93,10 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         self.critic_targets = copy.deepcopy(self.critics).requires_grad_(False)
         self.to(self.device)
         self.optimizers["actor"] = torch.optim.Adam(
-            self.actor.parameters(), lr=actor_lr, fused=True
+            self.actor.parameters(), lr=config.actor_lr, fused=True
         )
         self.optimizers["critic"] = torch.optim.Adam(
-            self.critics.parameters(), lr=critic_lr, fused=True
+            self.critics.parameters(), lr=config.critic_lr, fused=True
         )
         self.n_updates = 0
         """Critic gradient steps taken so far (saved in the state dict)."""
@@ -142,10 +121,15 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         return (action.to(self.action_center.dtype) - self.action_center) / self.action_half_range
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
-        """The actor's actions; exploring adds ``N(0, exploration_noise)`` then clips."""
+        """The actor's actions; exploring adds ``N(0, exploration_noise)`` then clips.
+
+        An explicit :attr:`exploration` (the noise scale set in ``train_fn``/``test_fn``)
+        replaces ``exploration_noise`` and applies to deterministic acting too.
+        """
         u = self.pi(self.preprocess_obs(obs))
-        if not deterministic and self.exploration_noise > 0:
-            u = (u + self.exploration_noise * torch.randn_like(u)).clamp(-1.0, 1.0)
+        noise = self.exploration_noise if self.exploration is None else self.exploration
+        if (not deterministic or self.exploration is not None) and noise > 0:
+            u = (u + noise * torch.randn_like(u)).clamp(-1.0, 1.0)
         return self.to_env_action(u), {}
 
     # ---------------------------------------------------------------- learning

@@ -26,21 +26,22 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import Policy, TrainerKind, resolve_config
+from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.prioritized import PrioritizedReplayBuffer
 from epochtrain.nets import MLP, flat_dim
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
-__all__ = ["DQN", "DQNTrainingStats", "DuelingQNet"]
+__all__ = ["DQN", "DQNConfig", "DQNTrainingStats", "DuelingQNet"]
 
 
 @dataclass(kw_only=True)
@@ -88,6 +89,37 @@ class DuelingQNet(nn.Module):
         return q
 
 
+@dataclass(frozen=True, kw_only=True)
+class DQNConfig(Config):
+    """DQN settings: Stable-Baselines3's defaults for the general case (Adam lr 1e-4,
+    gamma 0.99, a 64x64 MLP, epsilon 1 -> 0.05 over 100k env steps, the target copied every
+    2,500 gradient steps = SB3's 10k env steps at one gradient step per 4, gradient norm
+    10), double Q-learning, one-step targets, a plain head."""
+
+    hidden: tuple[int, ...] = param((64, 64), ge=1)
+    """Hidden layer sizes of the Q network."""
+    lr: float = param(1e-4, gt=0)
+    """Adam learning rate."""
+    gamma: float = param(0.99, ge=0, le=1)
+    """Discount factor."""
+    target_update_freq: int = param(2500, ge=1)
+    """Gradient steps between two copies of the Q network into the target network."""
+    double_q: bool = True
+    """Select the next action with the online network (double Q-learning)."""
+    epsilon_start: float = param(1.0, ge=0, le=1)
+    """Exploration rate at the start of the schedule."""
+    epsilon_end: float = param(0.05, ge=0, le=1)
+    """Exploration rate at the end of the schedule."""
+    epsilon_decay_steps: int = param(100_000, ge=0)
+    """Env steps over which epsilon falls linearly from epsilon_start to epsilon_end."""
+    max_grad_norm: float | None = param(10.0, gt=0)
+    """Clip the gradient norm to this (None: no clipping)."""
+    n_step: int = param(1, ge=1)
+    """Learn from n-step returns (1: one-step targets)."""
+    dueling: bool = False
+    """Use a dueling head (V + A - mean A) instead of a plain MLP."""
+
+
 class DQN(Policy[DQNTrainingStats]):
     """Deep Q-network for discrete actions.
 
@@ -99,52 +131,34 @@ class DQN(Policy[DQNTrainingStats]):
     cut them short); ``dueling`` uses :class:`DuelingQNet` instead of a plain MLP.
     """
 
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offpolicy", "offline"})
+    config: DQNConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: DQNConfig | None = None,
         *,
-        hidden: Sequence[int] = (64, 64),
-        lr: float = 2.3e-3,
-        gamma: float = 0.99,
-        target_update_freq: int = 128,
-        double_q: bool = True,
-        epsilon_start: float = 1.0,
-        epsilon_end: float = 0.04,
-        epsilon_decay_steps: int = 8000,
-        max_grad_norm: float | None = 10.0,
-        n_step: int = 1,
-        dueling: bool = False,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
+        cfg = resolve_config(DQNConfig, config, overrides)
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(
                 f"action_space must be gymnasium.spaces.Discrete for DQN, got {action_space!r}"
             )
-        _check_positive(lr=lr, target_update_freq=target_update_freq)
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-        for name, eps in (("epsilon_start", epsilon_start), ("epsilon_end", epsilon_end)):
-            if not 0.0 <= eps <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {eps!r}")
-        if epsilon_decay_steps < 0:
-            raise ValueError(f"epsilon_decay_steps must be >= 0, got {epsilon_decay_steps!r}")
-        if max_grad_norm is not None and max_grad_norm <= 0:
-            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
-        if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
-            raise ValueError(f"n_step must be an int >= 1 (1 = one-step targets), got {n_step!r}")
-        if dueling and len(hidden) == 0:
-            raise ValueError("hidden must have at least one layer when dueling=True, got ()")
-        super().__init__(observation_space, action_space, device=device)
+        super().__init__(observation_space, action_space, cfg, device=device)
+        hidden, dueling = cfg.hidden, cfg.dueling
         self.n_actions = int(action_space.n)
-        self.gamma = gamma
-        self.target_update_freq = target_update_freq
-        self.double_q = double_q
-        self.epsilon_start = epsilon_start
-        self.epsilon_end = epsilon_end
-        self.epsilon_decay_steps = epsilon_decay_steps
-        self.max_grad_norm = max_grad_norm
-        self.n_step = n_step
+        self.gamma = cfg.gamma
+        self.target_update_freq = cfg.target_update_freq
+        self.double_q = cfg.double_q
+        self.epsilon_start = cfg.epsilon_start
+        self.epsilon_end = cfg.epsilon_end
+        self.epsilon_decay_steps = cfg.epsilon_decay_steps
+        self.max_grad_norm = cfg.max_grad_norm
+        self.n_step = cfg.n_step
         self.dueling = dueling
         in_dim = flat_dim(observation_space)
         self.q_net: nn.Module
@@ -154,29 +168,54 @@ class DQN(Policy[DQNTrainingStats]):
             self.q_net = MLP(in_dim, self.n_actions, hidden, nn.ReLU)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.to(self.device)
-        self.optimizers["q"] = torch.optim.Adam(self.q_net.parameters(), lr=lr, fused=True)
-        self.epsilon = epsilon_start
+        self.optimizers["q"] = torch.optim.Adam(self.q_net.parameters(), lr=cfg.lr, fused=True)
+        self.scheduled_epsilon = cfg.epsilon_start
+        """Epsilon of the schedule at the last :meth:`set_progress`."""
         self.n_updates = 0
         """Gradient steps taken so far (saved in the state dict; drives target updates)."""
         self.td_abs: Tensor | None = None
         """``|TD error|`` per sample of the last :meth:`learn` (for priority updates)."""
 
     # ------------------------------------------------------------------ acting
+    @property
+    def epsilon(self) -> float:
+        """The exploration rate in force: the user's :attr:`exploration` if set, else the
+        schedule's. Setting it (``policy.epsilon = 0.1`` in ``train_fn``) sets
+        :attr:`exploration`; ``policy.epsilon = None`` hands control back to the schedule."""
+        return self.scheduled_epsilon if self.exploration is None else self.exploration
+
+    @epsilon.setter
+    def epsilon(self, value: float | None) -> None:
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1] or None (the schedule), got {value!r}")
+        self.exploration = value
+
+    def set_eps(self, eps: float | None) -> None:
+        """Tianshou's spelling of ``policy.epsilon = eps``."""
+        self.epsilon = eps
+
     def set_progress(self, env_step: int) -> None:
-        """Set epsilon for ``env_step`` collected env steps (linear decay, then flat)."""
+        """Advance the epsilon schedule to ``env_step`` collected env steps (linear decay,
+        then flat); an explicit :attr:`exploration` still wins."""
         if self.epsilon_decay_steps == 0:
             frac = 1.0
         else:
             frac = min(1.0, env_step / self.epsilon_decay_steps)
-        self.epsilon = self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start)
+        start, end = self.epsilon_start, self.epsilon_end
+        self.scheduled_epsilon = start + frac * (end - start)
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
-        """Greedy actions, each replaced by a uniform one with probability epsilon."""
+        """Greedy actions, each replaced by a uniform one with probability epsilon.
+
+        Deterministic acting is greedy unless the user set :attr:`exploration` (e.g. an
+        evaluation epsilon in ``test_fn``).
+        """
         q = self.q_net(_tensor(obs))
         actions = q.argmax(dim=-1)
-        if not deterministic and self.epsilon > 0.0:
+        epsilon = self.epsilon
+        if (not deterministic or self.exploration is not None) and epsilon > 0.0:
             n = actions.shape[0]
-            explore = torch.rand(n, device=q.device) < self.epsilon
+            explore = torch.rand(n, device=q.device) < epsilon
             random_actions = torch.randint(self.n_actions, (n,), device=q.device)
             actions = torch.where(explore, random_actions, actions)
         return actions, {}
@@ -257,7 +296,7 @@ class DQN(Policy[DQNTrainingStats]):
         """Optimizer states, the gradient-step counter, current epsilon and the head type."""
         state = super().get_extra_state()
         state["n_updates"] = self.n_updates
-        state["epsilon"] = self.epsilon
+        state["epsilon"] = self.scheduled_epsilon
         state["dueling"] = self.dueling
         return state
 
@@ -271,10 +310,4 @@ class DQN(Policy[DQNTrainingStats]):
             )
         super().set_extra_state(state)
         self.n_updates = int(state["n_updates"])
-        self.epsilon = float(state["epsilon"])
-
-
-def _check_positive(**values: float) -> None:
-    for name, value in values.items():
-        if not value > 0:
-            raise ValueError(f"{name} must be positive, got {value!r}")
+        self.scheduled_epsilon = float(state["epsilon"])

@@ -19,7 +19,6 @@ episodes are few.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +26,13 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from epochtrain.algorithms.actor_critic import ActorCriticPolicy, obs_tensor
+from epochtrain.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy, obs_tensor
+from epochtrain.algorithms.base import resolve_config
+from epochtrain.config import param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
-__all__ = ["PG", "PGTrainingStats"]
+__all__ = ["PG", "PGConfig", "PGTrainingStats"]
 
 
 @dataclass(kw_only=True)
@@ -48,6 +49,19 @@ class PGTrainingStats(TrainingStats):
     entropy: SequenceSummaryStats
 
 
+@dataclass(frozen=True, kw_only=True)
+class PGConfig(ActorCriticConfig):
+    """REINFORCE settings (Adam lr 1e-3, gamma 0.99, a learned baseline, normalised
+    advantages, as Tianshou's PG example)."""
+
+    lr: float = param(1e-3, gt=0)
+    """Adam learning rate."""
+    max_grad_norm: float | None = param(None, gt=0)
+    """Clip the gradient norm to this (None: no clipping)."""
+    baseline: bool = True
+    """Learn ``V(s)`` and subtract it from the returns (False: plain REINFORCE)."""
+
+
 class PG(ActorCriticPolicy[PGTrainingStats]):
     """REINFORCE for Discrete or Box actions; ``baseline=True`` learns ``V(s)`` as baseline.
 
@@ -57,39 +71,28 @@ class PG(ActorCriticPolicy[PGTrainingStats]):
     ``loss_actor + vf_coef * loss_critic``.
     """
 
+    config: PGConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: PGConfig | None = None,
         *,
-        lr: float = 1e-3,
-        gamma: float = 0.99,
-        baseline: bool = True,
-        vf_coef: float = 0.5,
-        normalize_advantage: bool = True,
-        max_grad_norm: float | None = None,
-        hidden: Sequence[int] = (64, 64),
-        lr_anneal_steps: int | None = None,
-        log_std_init: float = 0.0,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
+        cfg = resolve_config(PGConfig, config, overrides)
         super().__init__(
             observation_space,
             action_space,
-            use_critic=baseline,
-            lr=lr,
-            gamma=gamma,
+            cfg,
+            use_critic=cfg.baseline,
             gae_lambda=1.0,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            normalize_advantage=normalize_advantage,
-            hidden=hidden,
-            lr_anneal_steps=lr_anneal_steps,
-            log_std_init=log_std_init,
             device=device,
         )
-        self.baseline = baseline
-        self.optimizers["pg"] = torch.optim.Adam(self.trainable_parameters(), lr=lr)
+        self.baseline = cfg.baseline
+        self.optimizers["pg"] = torch.optim.Adam(self.trainable_parameters(), lr=cfg.lr)
 
     def learn(self, batch: Batch) -> PGTrainingStats:
         """One gradient step of the REINFORCE loss (plus the baseline's MSE) on ``batch``."""

@@ -17,7 +17,6 @@ state-independent log-std (actions are not clipped: wrap the env with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +27,16 @@ import torch.nn.functional as F
 from epochtrain.algorithms.a2c import A2CTrainingStats
 from epochtrain.algorithms.actor_critic import (
     ActorCriticPolicy,
+    AdvantageConfig,
     explained_variance,
     obs_tensor,
 )
+from epochtrain.algorithms.base import resolve_config
+from epochtrain.config import param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 
-__all__ = ["PPO", "PPOTrainingStats"]
+__all__ = ["PPO", "PPOConfig", "PPOTrainingStats"]
 
 
 @dataclass(kw_only=True)
@@ -50,6 +52,21 @@ class PPOTrainingStats(A2CTrainingStats):
     clip_fraction: SequenceSummaryStats
 
 
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(AdvantageConfig):
+    """PPO settings: the paper's general ones (Schulman et al. 2017; as Stable-Baselines3's
+    defaults): Adam lr 3e-4, gamma 0.99, GAE lambda 0.95, clip 0.2, constant rates.
+
+    The learning rate and clip range decay only when asked (``lr_anneal_steps``,
+    ``clip_anneal_steps``); tuned per-env settings are presets (``RunSpec.tuned``).
+    """
+
+    clip_range: float = param(0.2, gt=0)
+    """Clip range of the probability ratio."""
+    clip_anneal_steps: int | None = param(None, ge=1)
+    """Decay the clip range linearly to 0 over this many env steps (None: constant)."""
+
+
 class PPO(ActorCriticPolicy[PPOTrainingStats]):
     """Clipped PPO with GAE for Discrete or Box action spaces.
 
@@ -58,51 +75,31 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
     :meth:`set_progress` as in rl-baselines3-zoo's ``lin_`` schedules.
     """
 
+    config: PPOConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: PPOConfig | None = None,
         *,
-        lr: float = 1e-3,
-        gamma: float = 0.98,
-        gae_lambda: float = 0.8,
-        clip_range: float = 0.2,
-        vf_coef: float = 0.5,
-        ent_coef: float = 0.0,
-        max_grad_norm: float | None = 0.5,
-        normalize_advantage: bool = True,
-        hidden: Sequence[int] = (64, 64),
-        lr_anneal_steps: int | None = 100_000,
-        clip_anneal_steps: int | None = 100_000,
-        log_std_init: float = 0.0,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
-        if not clip_range > 0:
-            raise ValueError(f"clip_range must be positive, got {clip_range!r}")
-        if clip_anneal_steps is not None and clip_anneal_steps <= 0:
-            raise ValueError(
-                f"clip_anneal_steps must be a positive int or None, got {clip_anneal_steps!r}"
-            )
+        cfg = resolve_config(PPOConfig, config, overrides)
         super().__init__(
             observation_space,
             action_space,
+            cfg,
             use_critic=True,
-            lr=lr,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            normalize_advantage=normalize_advantage,
-            hidden=hidden,
-            lr_anneal_steps=lr_anneal_steps,
-            log_std_init=log_std_init,
+            gae_lambda=cfg.gae_lambda,
             device=device,
         )
-        self.ent_coef = ent_coef
-        self.clip_range = self.clip_range_now = clip_range
-        self.clip_anneal_steps = clip_anneal_steps
+        self.ent_coef = cfg.ent_coef
+        self.clip_range = self.clip_range_now = cfg.clip_range
+        self.clip_anneal_steps = cfg.clip_anneal_steps
         self.optimizers["ppo"] = torch.optim.Adam(
-            self.trainable_parameters(), lr=lr, eps=1e-5, fused=True
+            self.trainable_parameters(), lr=cfg.lr, eps=1e-5, fused=True
         )
 
     def set_progress(self, env_step: int) -> None:

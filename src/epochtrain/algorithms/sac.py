@@ -27,21 +27,21 @@ from __future__ import annotations
 import copy
 import math
 from abc import ABC
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import Policy, TrainerKind, resolve_config
+from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
-__all__ = ["SAC", "SACBase", "SACTrainingStats", "TSACStats"]
+__all__ = ["SAC", "SACBase", "SACConfig", "SACTrainingStats", "TSACStats"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_STD_MIN, _LOG_STD_MAX = -20.0, 2.0  # as Stable-Baselines3's SAC actor
@@ -75,6 +75,34 @@ def _tensor(obs: Obs) -> Tensor:
     return obs
 
 
+@dataclass(frozen=True, kw_only=True)
+class SACConfig(Config):
+    """SAC settings, the paper's (Haarnoja et al. 2018): lr 3e-4, 256x256 nets, tau 0.005,
+    gamma 0.99, automatic entropy tuning from temperature 1 (as Stable-Baselines3)."""
+
+    hidden: tuple[int, ...] = param((256, 256), ge=1)
+    """Hidden layer sizes of the actor and critic MLPs."""
+    actor_lr: float = param(3e-4, gt=0)
+    """Adam learning rate of the actor."""
+    critic_lr: float = param(3e-4, gt=0)
+    """Adam learning rate of the critics."""
+    alpha_lr: float = param(3e-4, gt=0)
+    """Adam learning rate of the temperature."""
+    gamma: float = param(0.99, ge=0, le=1)
+    """Discount factor."""
+    tau: float = param(0.005, gt=0, le=1)
+    """Polyak rate of the target critics (1: hard copy)."""
+    alpha: float = param(1.0, gt=0)
+    """Initial temperature (kept fixed unless auto_alpha)."""
+    auto_alpha: bool = True
+    """Tune the temperature towards target_entropy."""
+    target_entropy: float | None = None
+    """Target entropy (None: -|A| for Box actions, target_entropy_ratio * log(n) for n
+    Discrete actions)."""
+    target_entropy_ratio: float = param(0.98, gt=0, lt=1)
+    """Discrete actions: target entropy as a fraction of the maximum entropy log(n)."""
+
+
 class SACBase(Policy[TSACStats], ABC):
     """Actor, twin critics, targets and temperature of SAC; leaves define ``learn``.
 
@@ -87,23 +115,19 @@ class SACBase(Policy[TSACStats], ABC):
     action_center: Tensor
     action_half_range: Tensor
 
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offpolicy", "offline"})
+    config: SACConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: SACConfig,
         *,
-        hidden: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        alpha_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        alpha: float = 1.0,
-        auto_alpha: bool = True,
-        target_entropy: float | None = None,
-        target_entropy_ratio: float = 0.98,
-        device: str | torch.device = "cpu",
+        device: str | torch.device,
     ) -> None:
+        hidden, alpha, auto_alpha = config.hidden, config.alpha, config.auto_alpha
+        target_entropy = config.target_entropy
         discrete = isinstance(action_space, gym.spaces.Discrete)
         bounds: tuple[Tensor, Tensor] | None = None
         if not discrete:
@@ -115,32 +139,15 @@ class SACBase(Policy[TSACStats], ABC):
                     f"gymnasium.spaces.Box with finite bounds for {type(self).__name__}, "
                     f"got {action_space!r}"
                 ) from exc
-        for name, value in (
-            ("actor_lr", actor_lr),
-            ("critic_lr", critic_lr),
-            ("alpha_lr", alpha_lr),
-            ("alpha", alpha),
-        ):
-            if not value > 0:
-                raise ValueError(f"{name} must be positive, got {value!r}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {tau!r}")
-        if not 0.0 < target_entropy_ratio < 1.0:
-            raise ValueError(
-                f"target_entropy_ratio must be in (0, 1) (a fraction of the maximum entropy "
-                f"log(n)), got {target_entropy_ratio!r}"
-            )
-        super().__init__(observation_space, action_space, device=device)
+        super().__init__(observation_space, action_space, config, device=device)
         self.discrete = discrete
-        self.gamma, self.tau = gamma, tau
+        self.gamma, self.tau = config.gamma, config.tau
         self.auto_alpha = auto_alpha
         obs_dim = flat_dim(observation_space)
         self.critics: nn.ModuleList
         if isinstance(action_space, gym.spaces.Discrete):
             self.n_actions = int(action_space.n)
-            default_target = target_entropy_ratio * math.log(self.n_actions)
+            default_target = config.target_entropy_ratio * math.log(self.n_actions)
             self.actor = MLP(obs_dim, self.n_actions, hidden, nn.ReLU)
             self.critics = nn.ModuleList(
                 MLP(obs_dim, self.n_actions, hidden, nn.ReLU) for _ in range(2)
@@ -159,13 +166,13 @@ class SACBase(Policy[TSACStats], ABC):
         """Log of the temperature; a parameter, so the state dict carries it."""
         self.to(self.device)
         self.optimizers["actor"] = torch.optim.Adam(
-            self.actor.parameters(), lr=actor_lr, fused=True
+            self.actor.parameters(), lr=config.actor_lr, fused=True
         )
         self.optimizers["critic"] = torch.optim.Adam(
-            self.critics.parameters(), lr=critic_lr, fused=True
+            self.critics.parameters(), lr=config.critic_lr, fused=True
         )
         if auto_alpha:
-            self.optimizers["alpha"] = torch.optim.Adam([self.log_alpha], lr=alpha_lr)
+            self.optimizers["alpha"] = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr)
 
     @property
     def alpha(self) -> float:
@@ -299,6 +306,18 @@ class SACBase(Policy[TSACStats], ABC):
 
 class SAC(SACBase[SACTrainingStats]):
     """Soft actor-critic for Box or Discrete actions (see :class:`SACBase` for settings)."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        config: SACConfig | None = None,
+        *,
+        device: str | torch.device = "cpu",
+        **overrides: object,
+    ) -> None:
+        cfg = resolve_config(SACConfig, config, overrides)
+        super().__init__(observation_space, action_space, cfg, device=device)
 
     def learn(self, batch: Batch) -> SACTrainingStats:
         """One critic step, one actor step, one temperature step, one target update."""

@@ -20,19 +20,20 @@ Noise scales are fractions of the action half-range (the paper's actions lie in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import torch
 
-from epochtrain.algorithms.ddpg import DDPGTrainingStats
+from epochtrain.algorithms.base import resolve_config
+from epochtrain.algorithms.ddpg import DDPGConfig, DDPGTrainingStats
 from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
+from epochtrain.config import param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 
-__all__ = ["TD3", "TD3TrainingStats"]
+__all__ = ["TD3", "TD3Config", "TD3TrainingStats"]
 
 
 @dataclass(kw_only=True)
@@ -46,6 +47,19 @@ class TD3TrainingStats(DDPGTrainingStats):
     actor_updated: SequenceSummaryStats
 
 
+@dataclass(frozen=True, kw_only=True)
+class TD3Config(DDPGConfig):
+    """TD3 settings, the paper's (Fujimoto et al. 2018, revised code): the DDPG ones plus
+    target policy smoothing (noise 0.2 clipped at 0.5) and delayed actor steps (2)."""
+
+    policy_noise: float = param(0.2, ge=0)
+    """Std of the target policy smoothing noise, as a fraction of the action half-range."""
+    noise_clip: float = param(0.5, ge=0)
+    """Clip of the target policy smoothing noise, as a fraction of the half-range."""
+    policy_delay: int = param(2, ge=1)
+    """Critic steps per actor (and target) step."""
+
+
 class TD3(DeterministicActorCritic[TD3TrainingStats]):
     """TD3 for a 1-d bounded Box action space.
 
@@ -53,37 +67,26 @@ class TD3(DeterministicActorCritic[TD3TrainingStats]):
     action half-range; ``policy_delay`` counts critic steps per actor (and target) step.
     """
 
+    config: TD3Config
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: TD3Config | None = None,
         *,
-        hidden: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        exploration_noise: float = 0.1,
-        policy_noise: float = 0.2,
-        noise_clip: float = 0.5,
-        policy_delay: int = 2,
-        max_grad_norm: float | None = None,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
+        cfg = resolve_config(TD3Config, config, overrides)
         super().__init__(
             observation_space,
             action_space,
-            hidden=hidden,
-            actor_lr=actor_lr,
-            critic_lr=critic_lr,
-            gamma=gamma,
-            tau=tau,
-            exploration_noise=exploration_noise,
+            cfg,
             n_critics=2,
-            policy_noise=policy_noise,
-            noise_clip=noise_clip,
-            policy_delay=policy_delay,
-            max_grad_norm=max_grad_norm,
+            policy_noise=cfg.policy_noise,
+            noise_clip=cfg.noise_clip,
+            policy_delay=cfg.policy_delay,
             device=device,
         )
 

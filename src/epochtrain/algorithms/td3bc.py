@@ -19,24 +19,25 @@ its meaning for other bounds).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from epochtrain.algorithms.base import TrainerKind, resolve_config
 from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
-from epochtrain.algorithms.td3 import TD3TrainingStats
+from epochtrain.algorithms.td3 import TD3Config, TD3TrainingStats
+from epochtrain.config import param
 from epochtrain.data.batch import Batch, Obs
 from epochtrain.stats import SequenceSummaryStats
 
 if TYPE_CHECKING:
     from epochtrain.data.buffer import ReplayBuffer
 
-__all__ = ["TD3BC", "TD3BCTrainingStats"]
+__all__ = ["TD3BC", "TD3BCConfig", "TD3BCTrainingStats"]
 
 OBS_STD_EPS = 1e-3
 """Added to the dataset's state standard deviation, as in the paper's code."""
@@ -55,6 +56,19 @@ class TD3BCTrainingStats(TD3TrainingStats):
     lmbda: SequenceSummaryStats
 
 
+@dataclass(frozen=True, kw_only=True)
+class TD3BCConfig(TD3Config):
+    """TD3+BC settings, the paper's (Fujimoto & Gu 2021): the TD3 ones, alpha 2.5 and
+    state normalisation; no exploration noise (the data is fixed)."""
+
+    exploration_noise: float = param(0.0, ge=0)
+    """Std of the exploration noise (offline: none)."""
+    alpha: float = param(2.5, ge=0)
+    """Weight of the RL term against behaviour cloning (0: behaviour cloning only)."""
+    normalize_obs: bool = True
+    """Normalise states with the dataset's mean and std."""
+
+
 class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
     """TD3+BC for a 1-d bounded Box action space, trained on a fixed dataset.
 
@@ -67,44 +81,31 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
     obs_mean: Tensor
     obs_std: Tensor
 
+    trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offline"})
+    config: TD3BCConfig
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        config: TD3BCConfig | None = None,
         *,
-        alpha: float = 2.5,
-        normalize_obs: bool = True,
-        hidden: Sequence[int] = (256, 256),
-        actor_lr: float = 3e-4,
-        critic_lr: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        policy_noise: float = 0.2,
-        noise_clip: float = 0.5,
-        policy_delay: int = 2,
-        max_grad_norm: float | None = None,
         device: str | torch.device = "cpu",
+        **overrides: object,
     ) -> None:
-        if not alpha >= 0:
-            raise ValueError(f"alpha must be >= 0 (0 = behaviour cloning only), got {alpha!r}")
+        cfg = resolve_config(TD3BCConfig, config, overrides)
         super().__init__(
             observation_space,
             action_space,
-            hidden=hidden,
-            actor_lr=actor_lr,
-            critic_lr=critic_lr,
-            gamma=gamma,
-            tau=tau,
-            exploration_noise=0.0,
+            cfg,
             n_critics=2,
-            policy_noise=policy_noise,
-            noise_clip=noise_clip,
-            policy_delay=policy_delay,
-            max_grad_norm=max_grad_norm,
+            policy_noise=cfg.policy_noise,
+            noise_clip=cfg.noise_clip,
+            policy_delay=cfg.policy_delay,
             device=device,
         )
-        self.alpha = alpha
-        self.normalize_obs = normalize_obs
+        self.alpha = cfg.alpha
+        self.normalize_obs = cfg.normalize_obs
         shape = observation_space.shape or ()
         self.register_buffer("obs_mean", torch.zeros(shape, device=self.device))
         self.register_buffer("obs_std", torch.ones(shape, device=self.device))

@@ -1,0 +1,312 @@
+"""Config: frozen, keyword-only dataclasses of settings, validated by one validator.
+
+Every algorithm config (``PPOConfig``), every trainer parameter set (``OnpolicyParams``) and
+the pieces of a :class:`~epochtrain.spec.RunSpec` derive from :class:`Config`. A field
+declares its allowed range next to it with :func:`param`, and its docstring (the string
+literal under the field) is its help text in the CLI and the docs::
+
+    @dataclass(frozen=True, kw_only=True)
+    class PGConfig(Config):
+        lr: float = param(1e-3, gt=0)
+        \"\"\"Adam learning rate.\"\"\"
+
+Construction checks each field against its type and range (:func:`validate`) and then the
+cross-field rules of :meth:`Config.check`: a bad value is a ``ValueError`` (``TypeError``
+for a wrong type) naming the class, the field, the value, what is allowed and the fix.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import itertools
+import math
+import textwrap
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+__all__ = [
+    "Config",
+    "FieldInfo",
+    "close_matches",
+    "describe",
+    "field_docs",
+    "fields_info",
+    "param",
+    "validate",
+]
+
+T = TypeVar("T")
+TConfig = TypeVar("TConfig", bound="Config")
+
+_RANGE = "epochtrain.range"
+
+
+@dataclass(frozen=True)
+class _Range:
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def holds(self, value: float) -> bool:
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.le is None or value <= self.le)
+            and (self.lt is None or value < self.lt)
+        )
+
+    def text(self) -> str:
+        parts = []
+        if self.ge is not None:
+            parts.append(f">= {self.ge:g}")
+        if self.gt is not None:
+            parts.append(f"> {self.gt:g}")
+        if self.le is not None:
+            parts.append(f"<= {self.le:g}")
+        if self.lt is not None:
+            parts.append(f"< {self.lt:g}")
+        return " and ".join(parts)
+
+
+def param(
+    default: T,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+) -> T:
+    """A field default with its allowed range (bounds apply to numbers, and to each element
+    of a tuple of numbers; ``None`` is allowed when the type says ``| None``)."""
+    rng = _Range(ge=ge, gt=gt, le=le, lt=lt)
+    field: T = dataclasses.field(default=default, metadata={_RANGE: rng})
+    return field
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One config field as the CLI and the docs show it."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str
+    allowed: str
+
+
+def close_matches(name: str, choices: typing.Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``."""
+    found = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    if not found:
+        return ""
+    return " (did you mean " + " or ".join(repr(f) for f in found) + "?)"
+
+
+_DOCS: dict[type, dict[str, str]] = {}
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of dataclass ``cls`` and of its bases, read from source."""
+    if cls in _DOCS:
+        return _DOCS[cls]
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or klass is object:
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0]
+        if not isinstance(body, ast.ClassDef):
+            continue
+        statements = body.body
+        for stmt, nxt in itertools.pairwise(statements):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[stmt.target.id] = " ".join(inspect.cleandoc(nxt.value.value).split())
+    _DOCS[cls] = docs
+    return docs
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def describe(tp: Any) -> str:
+    """A type as users read it: ``float``, ``int or None``, ``one of 'raise', 'stop'``."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"a list of {describe(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "None"
+    return str(getattr(tp, "__name__", tp))
+
+
+def _allowed(tp: Any, rng: _Range | None) -> str:
+    text = describe(tp)
+    if rng is not None and rng.text():
+        text += f" ({rng.text()})"
+    return text
+
+
+def fields_info(cls: type[Config]) -> list[FieldInfo]:
+    """Every field of ``cls``: name, type, default, help text and allowed values."""
+    docs = field_docs(cls)
+    hints = _hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        rng = f.metadata.get(_RANGE)
+        out.append(
+            FieldInfo(
+                f.name, hints[f.name], default, docs.get(f.name, ""), _allowed(hints[f.name], rng)
+            )
+        )
+    return out
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _coerce(tp: Any, value: Any) -> Any:
+    """``value`` as type ``tp`` (int -> float, list -> tuple); raise _Mismatch if it is not."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if origin is Literal:
+        if value in typing.get_args(tp) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise _Mismatch
+        (elem,) = typing.get_args(tp)[:1]
+        return tuple(_coerce(elem, v) for v in value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise _Mismatch
+
+
+def _in_range(value: Any, rng: _Range) -> bool:
+    if isinstance(value, tuple):
+        return all(_in_range(v, rng) for v in value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return not math.isnan(value) and rng.holds(value)
+    return True
+
+
+def validate(config: Config) -> None:
+    """Check every field of ``config`` against its type and range; coerce int -> float and
+    list -> tuple in place. Raise ``TypeError``/``ValueError`` naming the field."""
+    cls = type(config)
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        value = getattr(config, f.name)
+        tp = hints[f.name]
+        rng: _Range | None = f.metadata.get(_RANGE)
+        try:
+            coerced = _coerce(tp, value)
+        except _Mismatch:
+            raise TypeError(
+                f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "
+                f"set {f.name} to {describe(tp)}"
+            ) from None
+        if rng is not None and not _in_range(coerced, rng):
+            raise ValueError(
+                f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "
+                f"set {f.name} within {rng.text()}"
+            )
+        if coerced is not value:
+            object.__setattr__(config, f.name, coerced)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Base of the settings dataclasses: validated on construction, plain-data round trip."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field rules; subclasses extend it (call ``super().check()``)."""
+
+    def replace(self: TConfig, **changes: object) -> TConfig:
+        """A copy with ``changes``; an unknown name is a ``TypeError`` naming close matches."""
+        names = {f.name for f in dataclasses.fields(self)}
+        for key in changes:
+            if key not in names:
+                raise TypeError(
+                    f"{type(self).__name__} has no field {key!r}{close_matches(key, names)}; "
+                    f"fields: {', '.join(sorted(names))}"
+                )
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data (tuples as lists), for JSON and TOML."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls: type[TConfig], data: Mapping[str, Any]) -> TConfig:
+        """Build from :meth:`to_dict`'s output; missing fields take their defaults."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{cls.__name__}.from_dict needs a mapping, got {data!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise TypeError(
+                    f"{cls.__name__} has no field {key!r}{close_matches(key, names)}; "
+                    f"fields: {', '.join(sorted(names))}"
+                )
+        return cls(**data)
