@@ -10,6 +10,7 @@ Every tag is documented in ``docs/logging.md``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from types import TracebackType
@@ -29,6 +30,7 @@ __all__ = [
     "flatten_dataclass",
     "info_stats_to_tags",
     "training_stats_to_tags",
+    "video_scope",
 ]
 
 Scope = Literal["train", "test", "update", "info"]
@@ -112,6 +114,15 @@ def _scope_steps(state: Mapping[str, object], what: str) -> dict[Scope, int | No
     return restored
 
 
+def video_scope(tag: str) -> Scope:
+    """The scope of a video ``tag`` (``"test/video"`` -> ``"test"``); unknown scopes raise."""
+    head = tag.split("/", 1)[0] if isinstance(tag, str) else None
+    for scope in SCOPES:
+        if scope == head and "/" in tag:
+            return scope
+    raise ValueError(f"tag must be '<scope>/<name>' with a scope in {SCOPES}, got {tag!r}")
+
+
 def _check_interval(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -181,6 +192,18 @@ class BaseLogger(ABC):
         intervals (hooks' logging dicts come this way)."""
         self.write(scope, step, data)
         self._mark_written(scope, step)
+
+    def log_video(
+        self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
+    ) -> None:
+        """Record the video file at ``path`` (e.g. an mp4 of a test episode) as ``tag`` at
+        ``step`` of the tag's scope (``test/video``: env steps).
+
+        Loggers that store only numbers (CSV, :class:`LazyLogger`) skip it (this default);
+        JSONL writes the path, TensorBoard the path as text and the frames as an animated
+        image, W&B the video, MLflow the file as an artifact.
+        """
+        video_scope(tag)
 
     def _mark_written(self, scope: Scope, step: int) -> None:
         last = self._written[scope]
@@ -302,6 +325,13 @@ class MultiLogger(BaseLogger):
         """Forward to every logger."""
         for logger in self.loggers:
             logger.log_data(scope, step, data)
+
+    def log_video(
+        self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
+    ) -> None:
+        """Forward to every logger."""
+        for logger in self.loggers:
+            logger.log_video(path, step, tag=tag)
 
     def state_dict(self) -> dict[str, object]:
         """``{"loggers": [state of each logger, in order]}``."""

@@ -1,0 +1,204 @@
+"""MLflow logger: metrics with their steps, the run's settings as params, checkpoints as
+artifacts; the MLflow run id kept for resuming.
+
+Every tag (``train/returns_stat/mean``, ``update/loss``, ...) is an MLflow metric whose
+``step`` is the record's step in its scope's unit (env steps, gradient steps, epochs);
+MLflow keeps one step axis per metric, so the units never mix. The logger talks to the
+tracking store through its own ``MlflowClient``, never through ``mlflow``'s global active
+run, so zipped trainers can each log to their own run.
+
+Resuming: the MLflow run id is part of :meth:`MLflowLogger.state_dict`, which checkpoints
+save; a logger restored with :meth:`MLflowLogger.load_state_dict` continues that run. The
+steps the interrupted process wrote after its checkpoint are read from the run and not
+written again, so no point appears twice.
+
+Needs the ``mlflow`` extra (``pip install 'epochtrain[mlflow]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from epochtrain.extras import require
+from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
+
+__all__ = ["MLflowLogger", "flatten_params"]
+
+_MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+
+
+def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: nested settings as MLflow params (strings)."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, f"{name}."))
+        else:
+            out[name] = str(value)
+    return out
+
+
+class MLflowLogger(BaseLogger):
+    """Log every record to an MLflow run.
+
+    :param tracking_uri: the tracking store, e.g. ``"sqlite:///mlflow.db"``, a directory,
+        or a server ``"http://host:5000"``; ``None``: ``MLFLOW_TRACKING_URI`` or ``./mlruns``.
+    :param experiment_name: experiment holding the run; created if missing.
+    :param run_name: display name of the run.
+    :param config: the run's settings, e.g. ``spec.to_dict()`` of a ``RunSpec``; logged as
+        params once, when the run is created (nested keys joined with ``.``).
+    :param tags: MLflow tags of the run.
+    :param artifact_dir: a directory (e.g. the run's ``checkpoint_dir``) logged under the
+        artifact path ``checkpoints`` when the logger is closed; ``None``: nothing.
+    :param artifact_location: where a newly created experiment stores artifacts (``None``:
+        the tracking store's default, ``./mlruns`` for a database store).
+    :param run_id: id of an existing MLflow run to continue; ``None`` creates a run.
+    :param train_interval: env steps between training-collect records.
+    :param test_interval: env steps between test records.
+    :param update_interval: gradient steps between update records.
+    :param info_interval: epochs between info records.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracking_uri: str | None = None,
+        experiment_name: str = "epochtrain",
+        run_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+        artifact_dir: str | os.PathLike[str] | None = None,
+        artifact_location: str | None = None,
+        run_id: str | None = None,
+        train_interval: int = 1,
+        test_interval: int = 1,
+        update_interval: int = 1,
+        info_interval: int = 1,
+    ) -> None:
+        super().__init__(train_interval, test_interval, update_interval, info_interval)
+        tracking = require("mlflow.tracking", extra="mlflow")
+        self._entities = require("mlflow.entities", extra="mlflow")
+        if not isinstance(experiment_name, str) or not experiment_name:
+            raise ValueError(f"experiment_name must be a non-empty str, got {experiment_name!r}")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"config must be a mapping (e.g. spec.to_dict()), got {config!r}")
+        self.client: Any = tracking.MlflowClient(tracking_uri=tracking_uri)
+        self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else None
+        self._new_run: dict[str, Any] = {
+            "experiment_name": experiment_name,
+            "run_name": run_name,
+            "config": dict(config) if config is not None else {},
+            "tags": dict(tags) if tags is not None else {},
+            "artifact_location": artifact_location,
+        }
+        self._floor: dict[Scope, float | None] = dict.fromkeys(SCOPES)
+        self._closed = False
+        self._run_id: str | None = self._continue(run_id) if run_id is not None else None
+
+    @property
+    def run_id(self) -> str:
+        """The MLflow run's id; the run is created on first use (first record, or a
+        checkpoint's :meth:`state_dict`), so a restored logger creates no empty run."""
+        if self._run_id is None:
+            self._run_id = self._create_run()
+        return self._run_id
+
+    def _create_run(self) -> str:
+        new = self._new_run
+        experiment = self.client.get_experiment_by_name(new["experiment_name"])
+        experiment_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else self.client.create_experiment(
+                new["experiment_name"], artifact_location=new["artifact_location"]
+            )
+        )
+        run = self.client.create_run(experiment_id, run_name=new["run_name"], tags=new["tags"])
+        run_id: str = run.info.run_id
+        params = [self._entities.Param(k, v) for k, v in flatten_params(new["config"]).items()]
+        for start in range(0, len(params), 100):  # MLflow takes 100 params per batch
+            self.client.log_batch(run_id, params=params[start : start + 100])
+        return run_id
+
+    def _continue(self, run_id: str) -> str:
+        """Mark ``run_id`` running again and read how far each scope got."""
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"run_id must be a non-empty str (an MLflow run id), got {run_id!r}")
+        try:
+            run = self.client.get_run(run_id)
+        except Exception as exc:  # MlflowException: no such run in this tracking store
+            raise ValueError(
+                f"run_id {run_id!r} is not a run of the tracking store "
+                f"{self.client.tracking_uri!r} ({exc}): pass the tracking_uri it was logged to"
+            ) from exc
+        self.client.update_run(run_id, status="RUNNING")
+        for key in run.data.metrics:
+            scope = key.split("/", 1)[0]
+            for known in SCOPES:
+                if known == scope:
+                    last = max(m.step for m in self.client.get_metric_history(run_id, key))
+                    floor = self._floor[known]
+                    self._floor[known] = last if floor is None else max(floor, last)
+        return run_id
+
+    def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Log every tag of ``data`` as a metric at ``step``; skip steps the run already has."""
+        floor = self._floor[scope]
+        if floor is not None and step <= floor:
+            return
+        now = int(time.time() * 1000)
+        metrics = [self._entities.Metric(tag, float(v), now, step) for tag, v in data.items()]
+        for start in range(0, len(metrics), _MAX_BATCH):
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + _MAX_BATCH])
+
+    def log_video(
+        self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
+    ) -> None:
+        """Upload the video file at ``path`` as an artifact under ``tag`` (``test/video``)."""
+        scope = video_scope(tag)
+        self.client.log_artifact(self.run_id, os.fspath(path), artifact_path=tag)
+        self._mark_written(scope, step)
+
+    def state_dict(self) -> dict[str, object]:
+        """The positions of :meth:`BaseLogger.state_dict` and ``"mlflow_run_id"``."""
+        state = super().state_dict()
+        state["mlflow_run_id"] = self.run_id
+        return state
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore the positions and continue the checkpointed MLflow run.
+
+        Call it before the first record: a run that has already started cannot switch ids.
+        """
+        run_id = state.get("mlflow_run_id")
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(
+                f"logger state['mlflow_run_id'] must be the MLflow run id (str), got "
+                f"{run_id!r}: the checkpoint was not written with an MLflowLogger"
+            )
+        if self._run_id is not None and self._run_id != run_id:
+            raise ValueError(
+                f"the MLflow run {self._run_id!r} has already started, so it cannot continue "
+                f"the checkpointed run {run_id!r}: restore the checkpoint before logging"
+            )
+        super().load_state_dict(state)
+        if self._run_id is None:
+            self._run_id = self._continue(run_id)
+
+    def close(self) -> None:
+        """Upload ``artifact_dir`` (if set and present), end the run; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._run_id is None:
+            return  # nothing was logged: no run was created
+        if self.artifact_dir is not None and self.artifact_dir.is_dir():
+            self.client.log_artifacts(
+                self.run_id, os.fspath(self.artifact_dir), artifact_path="checkpoints"
+            )
+        self.client.set_terminated(self.run_id, status="FINISHED")

@@ -1,0 +1,122 @@
+"""WandbLogger, offline: step metrics per scope, config, run id in checkpoints, resume.
+
+Each test runs W&B in offline mode inside ``tmp_path`` and reads the local run files back
+(``epochtrain.logger.wandb_files``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("wandb", reason="the wandb extra is not installed")
+
+from epochtrain.extras import MissingExtraError  # noqa: E402
+from epochtrain.logger import WandbLogger  # noqa: E402
+from epochtrain.logger.wandb import STEP_METRICS  # noqa: E402
+from epochtrain.logger.wandb_files import LocalRun, local_run_dirs, read_local_run  # noqa: E402
+from epochtrain.stats import InfoStats  # noqa: E402
+from tests.trainer.tiny import build  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+
+
+def make(tmp_path: Path, **kwargs: Any) -> WandbLogger:
+    return WandbLogger(project="tests", dir=tmp_path, mode="offline", **kwargs)
+
+
+def runs(tmp_path: Path) -> list[LocalRun]:
+    return [read_local_run(d) for d in local_run_dirs(tmp_path / "wandb")]
+
+
+def steps(runs: list[LocalRun], tag: str) -> list[int]:
+    metric = STEP_METRICS[tag.split("/", 1)[0]]
+    return [row[metric] for run in runs for row in run.history if tag in row]
+
+
+def test_each_scope_is_plotted_against_its_own_step_metric(tmp_path: Path) -> None:
+    with make(tmp_path, config={"algo": "dqn", "trainer": {"max_epoch": 3}}) as logger:
+        logger.log_data("train", 1000, {"train/n_collected_steps": 1000.0})
+        logger.log_data("update", 50, {"update/loss": 0.5})
+        logger.log_data("train", 2000, {"train/n_collected_steps": 1000.0})
+        logger.log_info_data(InfoStats(epoch=1, env_step=2000), 1)
+    (run,) = runs(tmp_path)
+    assert run.run_id == logger.run_id
+    assert run.config["algo"] == "dqn" and run.config["trainer"] == {"max_epoch": 3}
+    assert run.step_metrics == {f"{scope}/*": metric for scope, metric in STEP_METRICS.items()}
+    assert steps([run], "train/n_collected_steps") == [1000, 2000]
+    assert steps([run], "update/loss") == [50]
+    assert [row["info/env_step"] for row in run.history if "info/env_step" in row] == [2000]
+    # W&B's own step only grows, whatever the scopes' steps do
+    own = [row["_step"] for row in run.history]
+    assert own == sorted(own) and len(set(own)) == len(own)
+
+
+def test_the_run_id_is_in_the_state_and_a_restored_logger_continues_that_run(
+    tmp_path: Path,
+) -> None:
+    first = make(tmp_path)
+    first.log_data("update", 10, {"update/loss": 1.0})
+    state = first.state_dict()
+    first.close()
+    assert state["wandb_run_id"] == first.run_id
+    second = make(tmp_path)
+    second.load_state_dict(state)
+    second.log_data("update", 20, {"update/loss": 2.0})
+    second.close()
+    assert second.run_id == first.run_id
+    assert [r.run_id for r in runs(tmp_path)] == [first.run_id, first.run_id]
+
+
+def test_a_resumed_trainer_writes_no_step_twice_even_after_a_crash(tmp_path: Path) -> None:
+    """2 epochs, a checkpoint, a 3rd epoch that the resumed run repeats, then a 4th."""
+    logger = make(tmp_path)
+    trainer = build("off", max_epoch=4, logger=logger)
+    next(trainer), next(trainer)
+    trainer.save_checkpoint(tmp_path / "ckpt")
+    next(trainer)  # logged, then the process "dies"
+    logger.close()
+    resumed_logger = make(tmp_path)
+    resumed = build("off", max_epoch=4, logger=resumed_logger, resume_from=tmp_path / "ckpt")
+    resumed.run()
+    resumed_logger.close()
+    both = runs(tmp_path)
+    assert len({run.run_id for run in both}) == 1 and len(both) == 2
+    assert steps(both, "info/epoch") == [1, 2, 3, 4]
+    assert steps(both[1:], "info/epoch") == [4]  # epoch 3 was already in the first process
+    for tag in ("update/loss", "train/n_collected_steps", "test/returns_stat/mean"):
+        points = steps(both, tag)
+        assert points == sorted(set(points)), tag
+        assert points[-1] == (resumed.gradient_step if tag == "update/loss" else resumed.env_step)
+
+
+def test_a_checkpoint_from_another_logger_names_the_problem(tmp_path: Path) -> None:
+    logger = make(tmp_path)
+    with pytest.raises(ValueError, match="wandb_run_id"):
+        logger.load_state_dict({"train": None, "test": None, "update": None, "info": None})
+    logger.log_data("info", 1, {"info/epoch": 1.0})
+    with pytest.raises(ValueError, match="already started"):
+        logger.load_state_dict({**logger.state_dict(), "wandb_run_id": "other"})
+    logger.close()
+
+
+def test_bad_arguments_name_the_parameter(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="mode must be"):
+        WandbLogger(mode="cloud")
+    with pytest.raises(TypeError, match="config must be a mapping"):
+        WandbLogger(config=[("a", 1)])
+
+
+def test_without_wandb_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[wandb\]'"):
+        WandbLogger()
