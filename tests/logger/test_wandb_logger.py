@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("wandb", reason="the wandb extra is not installed")
 
-from epochtrain.extras import MissingExtraError  # noqa: E402
-from epochtrain.logger import WandbLogger  # noqa: E402
-from epochtrain.logger.wandb import STEP_METRICS  # noqa: E402
-from epochtrain.logger.wandb_files import LocalRun, local_run_dirs, read_local_run  # noqa: E402
-from epochtrain.stats import InfoStats  # noqa: E402
-from tests.trainer.tiny import build  # noqa: E402
+from epochtrain.extras import MissingExtraError
+from epochtrain.logger import WandbLogger
+from epochtrain.logger.wandb import STEP_METRICS
+from epochtrain.logger.wandb_files import LocalRun, local_run_dirs, read_local_run
+from epochtrain.stats import InfoStats
+from tests.trainer.tiny import build
 
 
 @pytest.fixture(autouse=True)
