@@ -1,0 +1,87 @@
+"""Experiments: many runs compared with seeded, stratified-bootstrap statistics, and plots.
+
+Scores are ``{algorithm: array [n_runs, n_tasks]}``. Per env: :func:`summarize_tasks`
+(mean, median, IQM over seeds). Across envs, on :func:`normalize_scores` output:
+:func:`aggregate_estimates` (IQM, mean, median, optimality gap) and
+:func:`performance_profiles`. :func:`pairwise_improvement` gives P(X > Y). Test curves
+become scores with :func:`run_score` and sample-efficiency curves with :func:`align_curves`
+and :func:`curve_estimates`. The ``plot_*`` functions (matplotlib, extra ``plot``) return
+figures. Every interval is reproducible: the same input and ``seed`` give the same interval.
+See ``docs/experiments.md``.
+"""
+
+from epochtrain.experiment.bootstrap import DEFAULT_REPS, IntervalEstimate, SeedLike
+from epochtrain.experiment.curves import (
+    SCORE_METHODS,
+    CurveEstimate,
+    CurveStatistic,
+    ScoreMethod,
+    align_curves,
+    curve_estimates,
+    run_score,
+)
+from epochtrain.experiment.normalization import (
+    NormalizedScores,
+    normalize_scores,
+    random_score,
+    reference_score,
+)
+from epochtrain.experiment.plots import (
+    AggregateMetric,
+    plot_aggregate_intervals,
+    plot_performance_profiles,
+    plot_probability_of_improvement,
+    plot_sample_efficiency,
+)
+from epochtrain.experiment.stats import (
+    PROFILE_REPS,
+    AggregateSummary,
+    PerformanceProfile,
+    TaskSummary,
+    aggregate_estimates,
+    aggregate_iqm,
+    aggregate_mean,
+    aggregate_median,
+    iqm,
+    optimality_gap,
+    pairwise_improvement,
+    performance_profiles,
+    probability_of_improvement,
+    summarize_tasks,
+)
+
+__all__ = [
+    "DEFAULT_REPS",
+    "PROFILE_REPS",
+    "SCORE_METHODS",
+    "AggregateMetric",
+    "AggregateSummary",
+    "CurveEstimate",
+    "CurveStatistic",
+    "IntervalEstimate",
+    "NormalizedScores",
+    "PerformanceProfile",
+    "ScoreMethod",
+    "SeedLike",
+    "TaskSummary",
+    "aggregate_estimates",
+    "aggregate_iqm",
+    "aggregate_mean",
+    "aggregate_median",
+    "align_curves",
+    "curve_estimates",
+    "iqm",
+    "normalize_scores",
+    "optimality_gap",
+    "pairwise_improvement",
+    "performance_profiles",
+    "plot_aggregate_intervals",
+    "plot_performance_profiles",
+    "plot_probability_of_improvement",
+    "plot_sample_efficiency",
+    "probability_of_improvement",
+    "random_score",
+    "reference_score",
+    "run_score",
+    "summarize_tasks",
+]
