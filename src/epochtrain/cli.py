@@ -1,9 +1,13 @@
 """The ``epochtrain`` command (also ``python -m epochtrain``): train from the shell.
 
-``epochtrain train --algo ppo --env CartPole-v1 --seed 0 --max-epoch 10 --logdir runs/``
-builds everything with :func:`epochtrain.make_trainer`, prints one line per epoch, writes
-TensorBoard logs to ``<logdir>/<env>_<algo>_seed<seed>_<time>`` and ends with the mean test
-return. Bad options exit with status 2 and a one-line message.
+``epochtrain train --algo ppo --env CartPole-v1 --seed 0 --max-epoch 10 --set lr=3e-4``
+resolves a :class:`~epochtrain.spec.RunSpec` (the tuned preset, or ``--config run.toml``,
+then the flags, then each ``--set NAME=VALUE``), builds it with
+:func:`epochtrain.make_trainer`, prints one line per epoch, writes the resolved
+``spec.toml`` and TensorBoard logs to ``<logdir>/<env>_<algo>_seed<seed>_<time>`` and ends
+with the mean test return. ``epochtrain config ...`` prints the resolved spec. The flags
+and the settings list in ``--help`` are generated from the spec's dataclasses. Bad options
+exit with status 2 and a one-line message.
 
 Checkpoints go to ``<run dir>/checkpoints`` every epoch; ``train ... --resume PATH``
 continues a run and ``epochtrain eval PATH --episodes 10`` tests a checkpoint's policy.
@@ -22,9 +26,9 @@ __all__ = ["build_parser", "main"]
 
 
 def _algos() -> list[str]:
-    from epochtrain.factory import DEFAULTS
+    from epochtrain.registry import ALGORITHMS
 
-    return sorted(DEFAULTS)
+    return sorted(ALGORITHMS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,8 +38,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends ``(default: ...)`` to an option's help unless the help already states it."""
+class _DefaultsFormatter(
+    argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter
+):
+    """Appends ``(default: ...)`` to an option's help unless the help already states it;
+    the epilog (the settings table) keeps its line breaks."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -45,59 +52,166 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command-line parser; ``--help`` lists every option with its default."""
+    """The command-line parser; ``--help`` lists every option and setting with its default."""
     fmt = _DefaultsFormatter
     parser = _Parser(prog="epochtrain", description=__doc__.splitlines()[0], formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    epilog = settings_help()
     train = sub.add_parser(
-        "train", help="train an algorithm on a gymnasium env", formatter_class=fmt
+        "train", help="train an algorithm on a gymnasium env", formatter_class=fmt, epilog=epilog
     )
-    train.add_argument("--algo", choices=_algos(), required=True, help="algorithm to train")
-    train.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
-    train.add_argument("--seed", type=int, default=0, help="seed of the run")
+    _add_spec_options(train)
     train.add_argument(
-        "--max-epoch",
-        type=int,
-        default=None,
-        help="epochs to run (default: the algo's tuned value)",
-    )
-    train.add_argument(
-        "--step-per-epoch", type=int, default=None, help="env steps per epoch (default: tuned)"
-    )
-    train.add_argument("--logdir", default="runs", help="TensorBoard log folder ('' disables)")
-    train.add_argument(
-        "--stop-at",
-        type=float,
-        default=None,
-        help="stop once the mean test return reaches this (default: the env's reward threshold)",
+        "--logdir", default="runs", help="parent folder of run directories ('' disables)"
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     train.add_argument("--quiet", action="store_true", help="do not print a line per epoch")
-    train.add_argument("--device", default="cpu", help="torch device for the networks")
-    train.add_argument(
-        "--dataset",
-        default=None,
-        help="buffer file to learn from (offline algorithms: bc, td3bc, cql); "
-        "record one with `epochtrain collect`",
-    )
-    train.add_argument(
-        "--checkpoint-dir",
-        default=None,
-        help="where to save checkpoints (default: <run dir>/checkpoints; '' disables)",
-    )
-    train.add_argument(
-        "--checkpoint-every", type=int, default=1, help="epochs between two checkpoints"
-    )
     train.add_argument(
         "--resume",
         default=None,
         metavar="PATH",
-        help="continue the run of this checkpoint (or the latest one in this directory) "
-        "with the same --algo, --env and --seed; its logs and checkpoints continue too",
+        help="continue the run of this checkpoint (or the latest one in this directory): "
+        "its spec is the base, its logs and checkpoints continue too",
     )
+    config = sub.add_parser(
+        "config",
+        help="print the resolved run spec as TOML (or JSON)",
+        formatter_class=fmt,
+        epilog=epilog,
+    )
+    _add_spec_options(config)
+    config.add_argument("--json", action="store_true", help="print JSON instead of TOML")
     _add_collect_parser(sub, fmt)
     _add_eval_parser(sub, fmt)
     return parser
+
+
+def _spec_flags() -> dict[str, tuple[str, Any]]:
+    """Flags derived from the spec's fields: option name -> (setting name, field info).
+
+    Every top-level field of RunSpec, every trainer parameter and every buffer setting gets
+    ``--name``; the algorithm's own config fields (which depend on ``--algo``) go through
+    ``--set``. ``resume_from`` is ``train --resume`` and ``logdir`` is the CLI's own.
+    """
+    from epochtrain.config import fields_info
+    from epochtrain.spec import BufferSpec, RunSpec
+    from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
+
+    skip = {"algo", "env_id", "config", "trainer", "buffer", "logging", "resume_from"}
+    flags: dict[str, tuple[str, Any]] = {}
+    sources: list[tuple[str, type[Any]]] = [
+        ("", RunSpec),
+        ("trainer.", OnpolicyParams),
+        ("trainer.", OffpolicyParams),
+        ("trainer.", OfflineParams),
+        ("buffer.", BufferSpec),
+    ]
+    for prefix, cls in sources:
+        for info in fields_info(cls):
+            if info.name in skip or info.name in {f.replace("-", "_") for f in flags}:
+                continue
+            flags[info.name.replace("_", "-")] = (prefix + info.name, info)
+    return flags
+
+
+def _add_spec_options(parser: argparse.ArgumentParser) -> None:
+    """``--algo``, ``--env``, ``--config``, ``--set`` and one flag per spec field."""
+    parser.add_argument(
+        "--algo",
+        choices=_algos(),
+        default=None,
+        help="algorithm to train (required unless --config names it)",
+    )
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a run spec file (.toml or .json) to start from",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set any setting (see the list below), e.g. --set lr=3e-4 "
+        "--set trainer.batch_size=128 --set hidden=[64,64]",
+    )
+    for flag, (_, info) in _spec_flags().items():
+        text = info.help
+        if info.type is bool:
+            parser.add_argument(
+                f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=text
+            )
+            continue
+        parser.add_argument(
+            f"--{flag}",
+            default=None,
+            metavar=flag.replace("-", "_").upper(),
+            help=f"{text} ({info.allowed})",
+        )
+
+
+def settings_help() -> str:
+    """Every setting of a run spec, with its default and help: the ``--help`` epilog."""
+    from epochtrain.config import fields_info
+    from epochtrain.registry import ALGORITHMS
+    from epochtrain.spec import BufferSpec, LogSpec
+    from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
+
+    def block(title: str, cls: Any, prefix: str) -> list[str]:
+        lines = [title]
+        for info in fields_info(cls):
+            default = "none" if info.default is None else info.default
+            if isinstance(default, tuple):
+                default = list(default)
+            lines.append(f"  {prefix}{info.name} = {default!r}  [{info.allowed}] {info.help}")
+        return lines
+
+    out = [
+        "settings (--set NAME=VALUE; NAME is dotted, e.g. trainer.batch_size, or a bare name "
+        "found in one place; VALUE is a TOML literal or none):"
+    ]
+    out += block("trainer (on-policy algorithms):", OnpolicyParams, "trainer.")
+    out += block("trainer (off-policy algorithms):", OffpolicyParams, "trainer.")
+    out += block("trainer (offline algorithms):", OfflineParams, "trainer.")
+    out += block("buffer:", BufferSpec, "buffer.")
+    out += block("logging:", LogSpec, "logging.")
+    for name, entry in sorted(ALGORITHMS.items()):
+        out += block(
+            f"config of {name} ({entry.config_cls.__name__}):", entry.config_cls, "config."
+        )
+    out.append(
+        "`epochtrain config --algo A --env E` prints the resolved spec with the tuned preset."
+    )
+    return "\n".join(out)
+
+
+def _resolve_spec(args: argparse.Namespace) -> Any:
+    """The run spec of ``train``/``config``: the file or tuned preset, then flags, then --set."""
+    from epochtrain.spec import RunSpec, parse_value
+
+    if args.config is not None:
+        spec = RunSpec.from_file(args.config)
+        if args.algo is not None and args.algo != spec.algo:
+            raise ValueError(
+                f"--algo {args.algo} differs from the algo {spec.algo!r} of --config {args.config}"
+            )
+    else:
+        if args.algo is None:
+            raise ValueError("--algo is required (or give --config FILE naming one)")
+        spec = RunSpec.tuned(args.algo, args.env)
+    overrides: dict[str, Any] = {}
+    for flag, (name, _) in _spec_flags().items():
+        value = getattr(args, flag.replace("-", "_"))
+        if value is not None:
+            overrides[name] = parse_value(value) if isinstance(value, str) else value
+    for item in args.set:
+        name, eq, text = item.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
+        overrides[name.strip()] = parse_value(text.strip())
+    return spec.with_overrides(overrides)
 
 
 def _add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -108,37 +222,6 @@ def _add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     evaluate.add_argument("--episodes", type=int, default=10, help="test episodes to run")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the test envs")
     evaluate.add_argument("--device", default="cpu", help="torch device for the networks")
-
-
-def _checkpointing(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
-    """``--checkpoint-dir``, ``--checkpoint-every`` and ``--resume`` as overrides.
-
-    A resumed run reuses the checkpoint's TensorBoard run directory (its curves continue)
-    and, unless ``--checkpoint-dir`` is given, the checkpoint's directory.
-    """
-    from epochtrain.checkpoint import read_manifest, resolve_checkpoint
-
-    checkpoint_dir = args.checkpoint_dir
-    if args.resume is not None:
-        ckpt = resolve_checkpoint(args.resume)
-        config = read_manifest(ckpt, verify_files=False)["config"]  # load_policy verifies
-        for key, value in (("algo", args.algo), ("env_id", args.env), ("seed", args.seed)):
-            if key in config and config[key] != value:
-                raise ValueError(
-                    f"--resume {args.resume}: the checkpoint's run has {key}={config[key]!r}, "
-                    f"not {value!r}; pass the same --algo, --env and --seed"
-                )
-        logdir = config.get("overrides", {}).get("logdir")
-        if logdir and "logdir" in overrides:
-            overrides["logdir"] = logdir
-        overrides["resume_from"] = str(ckpt)
-        if checkpoint_dir is None:
-            checkpoint_dir = str(ckpt.parent)
-    if checkpoint_dir is None and "logdir" in overrides:
-        checkpoint_dir = str(Path(overrides["logdir"]) / "checkpoints")
-    if checkpoint_dir:
-        overrides["checkpoint_dir"] = checkpoint_dir
-        overrides["checkpoint_every"] = args.checkpoint_every
 
 
 def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -176,35 +259,66 @@ def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
 
 
+def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
+    """The spec of a ``train`` run (with its run directory and checkpoint settings) and the
+    run directory, or None when logging is off."""
+    from epochtrain.checkpoint import read_manifest, resolve_checkpoint
+    from epochtrain.spec import RunSpec
+
+    spec = _resolve_spec(args)
+    run_dir: Path | None = None
+    if args.resume is not None:
+        ckpt = resolve_checkpoint(args.resume)
+        saved = read_manifest(ckpt, verify_files=False).get("spec")
+        if saved is None:
+            raise ValueError(
+                f"--resume {args.resume}: the checkpoint holds no run spec (it was not written "
+                "by `epochtrain train`); resume it in Python with params.resume_from"
+            )
+        base = RunSpec.from_dict(saved)
+        if (base.algo, base.env_id, base.seed) != (spec.algo, spec.env_id, spec.seed):
+            raise ValueError(
+                f"--resume {args.resume}: the checkpoint's run is {base.algo} on {base.env_id} "
+                f"with seed {base.seed}; pass the same --algo, --env and --seed"
+            )
+        logdir = base.logging.logdir
+        run_dir = None if logdir is None else Path(logdir)
+        checkpoint_dir = (
+            spec.trainer.checkpoint_dir or base.trainer.checkpoint_dir or str(ckpt.parent)
+        )
+        spec = spec.with_overrides(
+            {"logging.logdir": logdir, "checkpoint_dir": checkpoint_dir, "resume_from": str(ckpt)}
+        )
+    elif args.logdir:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(args.logdir) / f"{spec.env_id}_{spec.algo}_seed{spec.seed}_{stamp}"
+        changes: dict[str, Any] = {"logging.logdir": str(run_dir)}
+        if spec.trainer.checkpoint_dir is None:
+            changes["checkpoint_dir"] = str(run_dir / "checkpoints")
+        spec = spec.with_overrides(changes)
+    if spec.trainer.checkpoint_dir == "":
+        spec = spec.with_overrides({"checkpoint_dir": None})
+    spec = spec.with_overrides(
+        {
+            "show_progress": spec.trainer.show_progress and not args.no_progress,
+            "verbose": not args.quiet,
+        }
+    )
+    return spec, run_dir
+
+
 def _train(args: argparse.Namespace) -> int:
     from epochtrain.factory import make_trainer
 
-    overrides: dict[str, Any] = {
-        "show_progress": not args.no_progress,
-        "verbose": not args.quiet,
-        "device": args.device,
-    }
-    if args.max_epoch is not None:
-        overrides["max_epoch"] = args.max_epoch
-    if args.step_per_epoch is not None:
-        overrides["step_per_epoch"] = args.step_per_epoch
-    if args.stop_at is not None:
-        threshold = args.stop_at
-        overrides["stop_fn"] = lambda best: best >= threshold
-    if args.logdir:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = Path(args.logdir) / f"{args.env}_{args.algo}_seed{args.seed}_{stamp}"
-        overrides["logdir"] = str(run_dir)
     try:
-        _checkpointing(args, overrides)
-        if args.dataset is not None:
-            from epochtrain.data import ReplayBuffer
-
-            overrides["buffer"] = ReplayBuffer.load(args.dataset, device=args.device)
-        trainer = make_trainer(args.algo, args.env, seed=args.seed, **overrides)
+        spec, run_dir = _prepare_train(args)
+        trainer = make_trainer(spec)
     except (ValueError, TypeError, FileNotFoundError) as exc:  # found before any work
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec.to_file(run_dir / "spec.toml")
     info = trainer.run()
     last = trainer.last_test_stat
     mean = last.returns_stat.mean if last is not None and last.returns_stat else float("nan")
@@ -213,11 +327,21 @@ def _train(args: argparse.Namespace) -> int:
         f"{info.total_time:.1f} s: mean test return {mean:.2f} "
         f"(best {info.best_test_return:.2f} at epoch {info.best_epoch})"
     )
-    if args.logdir:
-        print(f"TensorBoard logs: {overrides['logdir']}")
-    if "checkpoint_dir" in overrides:
-        print(f"Checkpoints: {overrides['checkpoint_dir']}")
+    if run_dir is not None:
+        print(f"Run directory (spec.toml, TensorBoard logs): {run_dir}")
+    if spec.trainer.checkpoint_dir is not None:
+        print(f"Checkpoints: {spec.trainer.checkpoint_dir}")
     trainer.logger.close()
+    return 0
+
+
+def _config(args: argparse.Namespace) -> int:
+    try:
+        spec = _resolve_spec(args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        return 2
+    print(spec.to_json() if args.json else spec.to_toml(), end="" if not args.json else "\n")
     return 0
 
 
@@ -234,24 +358,33 @@ def _checkpoint_trainer(
         read_manifest,
         resolve_checkpoint,
     )
-    from epochtrain.factory import DEFAULTS, make_envs, make_trainer
+    from epochtrain.factory import make_envs, make_trainer
     from epochtrain.logger import LazyLogger
-    from epochtrain.trainer import ObservationNormalizer, OfflineTrainer
+    from epochtrain.spec import RunSpec
+    from epochtrain.trainer import ObservationNormalizer
 
     ckpt = resolve_checkpoint(path)
-    config = read_manifest(ckpt, verify_files=False)["config"]  # load_policy verifies
-    if config.get("algo") not in DEFAULTS or "env_id" not in config:
+    saved = read_manifest(ckpt, verify_files=False).get("spec")  # load_policy verifies
+    if saved is None:
         raise ValueError(
-            f"{ckpt} was not written by `epochtrain train` or make_trainer (its manifest "
-            "names no known algo and env_id): load it in Python with trainer.load_checkpoint"
+            f"{ckpt} holds no run spec (it was not written by `epochtrain train` or "
+            "make_trainer): load it in Python with trainer.load_checkpoint"
         )
-    algo, env_id = config["algo"], config["env_id"]
-    overrides = {k: v for k, v in config.get("overrides", {}).items() if k not in _RUN_ONLY}
-    overrides.update(device=device, num_test_envs=num_test_envs)
-    overrides.update(show_progress=False, logger=LazyLogger(), stop_fn=None)
-    if DEFAULTS[algo].trainer_cls is OfflineTrainer:  # it needs a dataset to be built
-        overrides["buffer"] = _one_transition(make_envs(env_id, 1))
-    trainer = make_trainer(algo, env_id, seed=int(config.get("seed", 0)), **overrides)
+    spec = RunSpec.from_dict(saved).with_overrides(
+        {
+            "device": device,
+            "num_test_envs": num_test_envs,
+            "show_progress": False,
+            "logging.logdir": None,
+            "checkpoint_dir": None,
+            "resume_from": None,
+            "dataset": None,
+        }
+    )
+    dataset = None
+    if spec.entry.kind == "offline":  # its trainer needs a dataset to be built
+        dataset = _one_transition(make_envs(spec.env_id, 1))
+    trainer = make_trainer(spec, buffer=dataset, logger=LazyLogger(), stop_fn=None)
     manifest = load_policy(trainer.policy, ckpt)
     for name, state in load_hook_states(ckpt):
         # the policy acts on normalised observations: test it on them, with the run's stats
@@ -272,7 +405,7 @@ def _eval(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
-    algo, env_id = manifest["config"]["algo"], manifest["config"]["env_id"]
+    algo, env_id = manifest["spec"]["algo"], manifest["spec"]["env_id"]
     collector = trainer.test_collector
     assert collector is not None
     collector.reset(seed=args.seed)
@@ -285,10 +418,6 @@ def _eval(args: argparse.Namespace) -> int:
         f"{stat.n_collected_episodes} episodes (min {ret.min:.2f}, max {ret.max:.2f})"
     )
     return 0
-
-
-# Recorded overrides that `eval` must not replay: it loads only the policy, logs nothing.
-_RUN_ONLY = frozenset({"resume_from", "logdir", "checkpoint_dir"})
 
 
 def _one_transition(envs: Any) -> Any:
@@ -312,33 +441,38 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
         from epochtrain.trainer import ObservationNormalizer
 
         trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1)
-        if manifest["config"]["env_id"] != args.env:
+        if manifest["spec"]["env_id"] != args.env:
             raise ValueError(
-                f"--checkpoint {args.checkpoint} was trained on {manifest['config']['env_id']}, "
+                f"--checkpoint {args.checkpoint} was trained on {manifest['spec']['env_id']}, "
                 f"not --env {args.env}: record on the env the policy was trained on"
             )
         transform = next(
             (hook.normalize for hook in trainer.hooks if isinstance(hook, ObservationNormalizer)),
             None,
         )
-        return trainer.policy, f"{manifest['config']['algo']} from {ckpt}", transform
+        return trainer.policy, f"{manifest['spec']['algo']} from {ckpt}", transform
     from epochtrain.factory import make_trainer
 
     if args.train_steps is None and args.train_until is None:
         raise ValueError("--algo needs --train-steps and/or --train-until to say how long to train")
-    overrides: dict[str, Any] = {"show_progress": False, "max_epoch": 10**9}
     until = args.train_until
-    overrides["stop_fn"] = None if until is None else (lambda best: best >= until)
-    trainer = make_trainer(args.algo, args.env, seed=args.seed, **overrides)
+    trainer = make_trainer(
+        args.algo,
+        args.env,
+        seed=args.seed,
+        stop_fn=None if until is None else (lambda best: best >= until),
+        show_progress=False,
+        max_epoch=10**9,
+    )
     for _ in trainer:
-        if args.train_steps is not None and trainer.env_step >= args.train_steps:
+        if args.train_steps is not None and trainer.state.env_step >= args.train_steps:
             break
-    best = trainer.best_test_return
+    best = trainer.state.best_test_return
     print(
-        f"trained {args.algo} for {trainer.env_step} env steps "
+        f"trained {args.algo} for {trainer.state.env_step} env steps "
         f"(best test return {best:.1f}, stop: {trainer.stop_reason or 'train-steps'})"
     )
-    description = f"{args.algo} trained {trainer.env_step} env steps (best {best:.1f})"
+    description = f"{args.algo} trained {trainer.state.env_step} env steps (best {best:.1f})"
     return trainer.policy, description, None
 
 
@@ -380,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "train":
         return _train(args)
+    if args.command == "config":
+        return _config(args)
     if args.command == "collect":
         return _collect(args)
     if args.command == "eval":

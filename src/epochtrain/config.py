@@ -290,10 +290,12 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain data (tuples as lists), for JSON and TOML."""
+        """The fields as plain data (nested configs as dicts, tuples as lists)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, Config):
+                value = value.to_dict()
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 

@@ -22,6 +22,7 @@ __all__ = [
     "EpochStats",
     "InfoStats",
     "MovAvg",
+    "RunState",
     "SequenceSummaryStats",
     "TTrainingStats",
     "TrainingStats",
@@ -217,24 +218,56 @@ class MovAvg:
 
 
 @dataclass
-class InfoStats:
-    """Running totals of a training run; times in seconds, speeds in steps per second."""
+class RunState:
+    """The run's counters, declared once: a trainer holds one (``trainer.state``),
+    :class:`InfoStats` extends it with speeds, and checkpoints save it field by field."""
 
     epoch: int = 0
+    """Epochs finished."""
     env_step: int = 0
+    """Env steps collected by the training collector (warm-up included)."""
     gradient_step: int = 0
+    """Gradient steps taken (``Policy.learn`` calls)."""
     train_episode: int = 0
+    """Training episodes finished."""
     test_step: int = 0
+    """Env steps of the test episodes."""
     test_episode: int = 0
+    """Test episodes finished."""
     best_test_return: float = float("-inf")
+    """Best mean test return so far."""
     best_test_return_std: float = 0.0
+    """Std of the test returns of the best test step."""
     best_epoch: int = 0
+    """Epoch of the best test return."""
     collect_time: float = 0.0
+    """Seconds spent collecting training data."""
     update_time: float = 0.0
+    """Seconds spent in update steps."""
     test_time: float = 0.0
+    """Seconds spent testing."""
     total_time: float = 0.0
+    """Seconds spent inside ``next()``."""
+
+
+@dataclass
+class InfoStats(RunState):
+    """Running totals of a training run (:class:`RunState`) plus speeds in steps per second."""
+
     collect_speed: float = 0.0
     update_speed: float = 0.0
+
+    @classmethod
+    def of(cls, state: RunState) -> InfoStats:
+        """The totals of ``state`` with the speeds derived from them."""
+        counters = {f.name: getattr(state, f.name) for f in dataclasses.fields(RunState)}
+        return cls(
+            **counters,
+            collect_speed=state.env_step / state.collect_time if state.collect_time > 0 else 0.0,
+            update_speed=(
+                state.gradient_step / state.update_time if state.update_time > 0 else 0.0
+            ),
+        )
 
 
 @dataclass

@@ -21,6 +21,13 @@ from epochtrain.trainer.offline import OfflineTrainer
 from epochtrain.trainer.offpolicy import OffpolicyTrainer
 from epochtrain.trainer.online import OnlineTrainer
 from epochtrain.trainer.onpolicy import OnpolicyTrainer
+from epochtrain.trainer.params import (
+    OfflineParams,
+    OffpolicyParams,
+    OnlineParams,
+    OnpolicyParams,
+    TrainerParams,
+)
 
 __all__ = [
     "HOOK_POINTS",
@@ -32,14 +39,19 @@ __all__ = [
     "LRScheduler",
     "LogScalar",
     "ObservationNormalizer",
+    "OfflineParams",
     "OfflineTrainer",
+    "OffpolicyParams",
     "OffpolicyTrainer",
+    "OnlineParams",
     "OnlineTrainer",
+    "OnpolicyParams",
     "OnpolicyTrainer",
     "RewardNormalizer",
     "RunningMeanStd",
     "StopFn",
     "TargetNetUpdater",
     "TrainerHook",
+    "TrainerParams",
     "UTDRatio",
 ]

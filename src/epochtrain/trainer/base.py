@@ -25,146 +25,212 @@ on entry to ``next()`` and out on exit, so zipped trainers do not disturb each o
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from epochtrain.algorithms.base import Policy
-from epochtrain.checkpoint import load_checkpoint, save_checkpoint, save_periodic
+from epochtrain.algorithms.base import Policy, TrainerKind
+from epochtrain.checkpoint import (
+    hold_checkpoint_dir,
+    load_checkpoint,
+    save_checkpoint,
+    save_periodic,
+)
+from epochtrain.checkpoint_files import CheckpointLock
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
+from epochtrain.errors import NonFiniteError
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
     CollectStats,
     EpochStats,
     InfoStats,
     MovAvg,
+    RunState,
     TrainingStats,
     TTrainingStats,
     aggregate_training_stats,
 )
 from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
-from epochtrain.trainer.params import (
-    check_base_params,
-    check_hooks,
-    check_path,
-    check_positive_int,
+from epochtrain.trainer.params import TrainerParams, check_hooks, check_objects
+from epochtrain.trainer.safety import EpochSnapshot, on_nonfinite
+from epochtrain.trainer.state import (
+    check_trainer_state,
+    load_logger_state,
+    load_trainer_state,
+    restore_on_error,
+    rng_scope,
+    trainer_state,
 )
-from epochtrain.trainer.state import load_trainer_state, rng_scope, trainer_state
 
 __all__ = ["BaseTrainer", "StopFn"]
 
-TTrainer = TypeVar("TTrainer", bound="BaseTrainer[Any]")
-
 StopFn = Callable[[float], bool]
 """``stop_fn(best_test_return) -> bool``: True stops training after this epoch."""
+
+_TRAINER_OF_KIND: dict[str, str] = {
+    "onpolicy": "OnpolicyTrainer",
+    "offpolicy": "OffpolicyTrainer",
+    "offline": "OfflineTrainer",
+}
 
 
 class BaseTrainer(Generic[TTrainingStats], ABC):
     """Abstract epoch trainer, generic in the policy's training-stats type.
 
-    Subclasses supply :meth:`policy_update_fn` and :meth:`_training_step`, and call
-    :meth:`_complete_init` at the end of their ``__init__``. All parameters are
-    keyword-only and validated here, before any work starts.
+    ``params`` holds the run's settings as data (:class:`TrainerParams`, or the subclass
+    named by ``params_cls``; default: its class defaults); the other keyword arguments are
+    the objects the trainer works on. Each trainer kind takes the objects it needs:
+    ``train_collector`` (online trainers) or ``buffer`` (the offline dataset). Everything
+    is validated here, before any work starts: the params, the objects, the policy's kind
+    against the trainer's (:attr:`kind`), and the policy's spaces against the envs' and
+    the dataset's. Subclasses supply :meth:`policy_update_fn` and :meth:`_training_step`.
 
     Hooks and checkpoints: ``hooks`` are :class:`~epochtrain.trainer.hooks.TrainerHook`
-    objects registered when the trainer is built; ``checkpoint_dir`` receives a checkpoint
-    every ``checkpoint_every`` epochs (and at the end of the run), of which the last
-    ``keep_last`` (``None``: all) and, with ``keep_best``, the one of the best test return
-    are kept; ``resume_from`` (a checkpoint, or a ``checkpoint_dir`` whose latest
-    checkpoint is taken) restores the run before the first epoch.
+    objects registered when the trainer is built; ``params.checkpoint_dir`` receives a
+    checkpoint every ``checkpoint_every`` epochs (and at the end of the run), of which the
+    last ``keep_last`` (``None``: all) and, with ``keep_best``, the one of the best test
+    return are kept; ``params.resume_from`` (a checkpoint, or a ``checkpoint_dir`` whose
+    latest checkpoint is taken) restores the run before the first epoch.
     """
+
+    kind: ClassVar[TrainerKind]
+    """How this trainer feeds its policy; a policy declares the kinds it supports."""
+    params_cls: ClassVar[type[TrainerParams]] = TrainerParams
+    """The params dataclass this trainer takes."""
 
     def __init__(
         self,
         *,
         policy: Policy[TTrainingStats],
+        params: TrainerParams | None = None,
+        train_collector: Collector | None = None,
         test_collector: Collector | None = None,
-        max_epoch: int,
-        step_per_epoch: int,
-        episode_per_test: int = 10,
+        buffer: ReplayBuffer | None = None,
+        logger: BaseLogger | None = None,
+        hooks: Sequence[TrainerHook] | None = None,
         train_fn: Callable[[int, int], None] | None = None,
         test_fn: Callable[[int, int], None] | None = None,
         stop_fn: StopFn | None = None,
         save_best_fn: Callable[[Policy[TTrainingStats]], None] | None = None,
-        logger: BaseLogger | None = None,
-        show_progress: bool = True,
-        verbose: bool = False,
-        test_in_train: bool = False,
-        test_before_train: bool = False,
-        seed: int = 0,
-        hooks: Sequence[TrainerHook] | None = None,
-        checkpoint_dir: str | os.PathLike[str] | None = None,
-        checkpoint_every: int = 1,
-        keep_last: int | None = 3,
-        keep_best: bool = True,
-        resume_from: str | os.PathLike[str] | None = None,
     ) -> None:
-        check_base_params(
+        name = type(self).__name__
+        if params is None:
+            params = self.params_cls()
+        if not isinstance(params, self.params_cls):
+            raise TypeError(
+                f"{name} needs params={self.params_cls.__name__}(...), got {type(params).__name__}"
+            )
+        check_objects(
             policy=policy,
             test_collector=test_collector,
-            max_epoch=max_epoch,
-            step_per_epoch=step_per_epoch,
-            episode_per_test=episode_per_test,
             callbacks={
                 "train_fn": train_fn,
                 "test_fn": test_fn,
                 "stop_fn": stop_fn,
                 "save_best_fn": save_best_fn,
             },
-            test_in_train=test_in_train,
-            test_before_train=test_before_train,
-            seed=seed,
+            params=params,
             logger=logger,
         )
+        if self.kind not in policy.trainer_kinds:
+            raise TypeError(
+                f"{name} cannot train {type(policy).__name__}: it is a {self.kind} trainer and "
+                f"{type(policy).__name__} learns under {sorted(policy.trainer_kinds)} trainers; "
+                f"use {_TRAINER_OF_KIND[sorted(policy.trainer_kinds)[0]]}"
+            )
         hook_list = check_hooks(hooks)
-        self.checkpoint_dir = check_path("checkpoint_dir", checkpoint_dir)
-        check_positive_int("checkpoint_every", checkpoint_every)
-        if keep_last is not None:
-            check_positive_int("keep_last", keep_last)
-        resume_path = check_path("resume_from", resume_from, must_exist=True)
+        if params.resume_from is not None and not Path(params.resume_from).exists():
+            raise FileNotFoundError(
+                f"params.resume_from={params.resume_from!r} does not exist: pass a checkpoint "
+                "directory (or the checkpoint_dir holding them)"
+            )
+        if params.checkpoint_dir is not None and Path(params.checkpoint_dir).is_file():
+            raise ValueError(
+                f"params.checkpoint_dir must be a directory, got the file {params.checkpoint_dir!r}"
+            )
+        self.params = params
         self.policy = policy
         self.test_collector = test_collector
-        self.max_epoch = max_epoch
-        self.step_per_epoch = step_per_epoch
-        self.episode_per_test = episode_per_test
         self.train_fn = train_fn
         self.test_fn = test_fn
         self.stop_fn = stop_fn
         self.save_best_fn = save_best_fn
         self.logger: BaseLogger = logger if logger is not None else LazyLogger()
-        self.show_progress = show_progress
-        self.verbose = verbose
-        self.test_in_train = test_in_train
-        self.test_before_train = test_before_train
-        self.seed = seed
-        self.checkpoint_every = checkpoint_every
-        self.keep_last = keep_last
-        self.keep_best = keep_best
-        self.config: dict[str, Any] = {}
-        """JSON-able description of how the run was built, written to checkpoint manifests
-        (``make_trainer`` records ``algo``, ``env_id``, ``seed`` and its overrides here)."""
+        self.checkpoint_dir = None if params.checkpoint_dir is None else Path(params.checkpoint_dir)
+        self.last_checkpoint: Path | None = None
+        """The checkpoint last written or loaded (named in fault messages)."""
+        self.nonfinite_message: str | None = None
+        """Why the run stopped with ``stop_reason == "nonfinite"`` (``on_nonfinite="stop"``)."""
+        self._checkpoint_lock: CheckpointLock | None = None
+        policy.skip_nonfinite = params.on_nonfinite == "skip"
+        self.spec: dict[str, Any] | None = None
+        """The :class:`~epochtrain.spec.RunSpec` (as a dict) this trainer was built from, if
+        any; checkpoints store it and a resume into a different spec is refused."""
         self.hooks: list[TrainerHook] = []
         """Registered hook objects, in registration order (their states are checkpointed)."""
         self._ops = HookTable()
-        self._pending_hooks = hook_list
-        self._pending_resume = resume_path
         self._in_next = False
+        self._attach(train_collector, buffer)
+        self._check_spaces()
         self._init_state()
+        self._pending_hooks = hook_list
+        self._pending_resume = None if params.resume_from is None else Path(params.resume_from)
+        self._complete_init()
+
+    def _attach(self, train_collector: Collector | None, buffer: ReplayBuffer | None) -> None:
+        """Check and keep the objects of this trainer kind (a training collector, a dataset)."""
+        for label, given in (("train_collector", train_collector), ("buffer", buffer)):
+            if given is not None:
+                raise TypeError(f"{type(self).__name__} takes no {label}")
+
+    def _check_spaces(self) -> None:
+        """The policy's spaces must be the envs' (and the dataset's; subclasses add that)."""
+        for label, collector in self._collectors():
+            envs = collector.env
+            for kind, own, theirs in (
+                ("observation", self.policy.observation_space, envs.single_observation_space),
+                ("action", self.policy.action_space, envs.single_action_space),
+            ):
+                if own != theirs:
+                    raise ValueError(
+                        f"the policy's {kind} space {own} is not the {kind} space {theirs} of "
+                        f"{label}'s envs: build the policy from those envs' spaces "
+                        f"(envs.single_{kind}_space)"
+                    )
+
+    def _collectors(self) -> list[tuple[str, Collector]]:
+        return [] if self.test_collector is None else [("test_collector", self.test_collector)]
+
+    def resume_settings(self) -> dict[str, Any]:
+        """What a checkpoint must agree with to be resumed into this trainer: the
+        :class:`~epochtrain.spec.RunSpec` this trainer was built from, or else its params,
+        the policy's config, the buffer kind and the env id (``docs/checkpointing.md``)."""
+        if self.spec is not None:
+            return dict(self.spec)
+        envs = [collector.env for _, collector in self._collectors()]
+        env_spec = getattr(envs[0], "spec", None) if envs else None
+        return {
+            "trainer": self.params.to_dict(),
+            "config": self.policy.config.to_dict(),
+            "buffer": {"kind": self._buffer_kind()},
+            "env_id": None if env_spec is None else env_spec.id,
+        }
+
+    def _buffer_kind(self) -> str | None:
+        return None
 
     def _complete_init(self) -> None:
-        """Register the ``hooks`` and restore ``resume_from``; leaf ``__init__``s end with it.
-
-        Idempotent; also run before the first epoch in case a subclass did not call it.
-        """
+        """Register the ``hooks`` and restore ``resume_from`` (once, before first use)."""
         pending, self._pending_hooks = self._pending_hooks, []
         for hook in pending:
             self.register_hook(hook)
@@ -175,19 +241,8 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
     # ------------------------------------------------------------------ state
     def _init_state(self) -> None:
         """Counters and flags of a fresh run (all on the instance)."""
-        self.epoch = 0
-        self.env_step = 0
-        self.gradient_step = 0
-        self.train_episode = 0
-        self.test_step = 0
-        self.test_episode = 0
-        self.best_test_return = float("-inf")
-        self.best_test_return_std = 0.0
-        self.best_epoch = 0
-        self.collect_time = 0.0
-        self.update_time = 0.0
-        self.test_time = 0.0
-        self.total_time = 0.0
+        self.state = RunState()
+        """The run's counters (epochs, env and gradient steps, best return, timings)."""
         self.stop_reason: str | None = None
         self.last_test_stat: CollectStats | None = None
         self._started = False
@@ -255,31 +310,40 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self._complete_init()
         if self._finished:
             raise StopIteration
+        hold_checkpoint_dir(self)
         start = time.perf_counter()
+        snapshot = EpochSnapshot.take(self)
         self._in_next = True
         try:
             with rng_scope(self):
                 if not self._started:
                     self._started = True
                     self._start()
-                    if self.test_before_train:
+                    if self.params.test_before_train:
                         self._test_step()
                         if self._stop_fn_fired():
                             self._finish("stop_fn")
                 if self._finished:
-                    self.total_time += time.perf_counter() - start
+                    self.state.total_time += time.perf_counter() - start
                     raise StopIteration
                 stats = self._run_epoch()
-                self.total_time += time.perf_counter() - start
-                stats.info_stat.total_time = self.total_time
+                self.state.total_time += time.perf_counter() - start
+                stats.info_stat.total_time = self.state.total_time
                 self._ops.call("epoch_end", stats)
+        except KeyboardInterrupt as exc:
+            snapshot.restore(self)  # back to the last complete epoch
+            exc.add_note(
+                f"epochtrain: the trainer is back at the end of epoch {self.state.epoch}; "
+                "trainer.save_checkpoint(path) saves it"
+            )
+            raise
         finally:
             self._in_next = False
-        self.logger.log_info_data(stats.info_stat, self.epoch)
+        self.logger.log_info_data(stats.info_stat, self.state.epoch)
         self.logger.flush()  # an epoch's curves reach disk even if the user never closes
         self._report(stats)
         if self.checkpoint_dir is not None and (
-            self._finished or self.epoch % self.checkpoint_every == 0
+            self._finished or self.state.epoch % self.params.checkpoint_every == 0
         ):
             save_periodic(self, self.checkpoint_dir)
         return stats
@@ -294,37 +358,37 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         """Work done once when the run starts (seeding envs, warm-up); default: nothing."""
 
     def _run_epoch(self) -> EpochStats[TTrainingStats]:
-        self.epoch += 1
+        self.state.epoch += 1
         self._epoch_steps = []
         self._epoch_collects = []
         self._epoch_update_time = 0.0
         self._tested_this_epoch = None
-        self._ops.call("epoch_start", self.epoch)
+        self._ops.call("epoch_start", self.state.epoch)
         with tqdm(
-            total=self.step_per_epoch,
-            desc=f"Epoch #{self.epoch}",
-            disable=not self.show_progress,
+            total=self.params.step_per_epoch,
+            desc=f"Epoch #{self.state.epoch}",
+            disable=not self.params.show_progress,
             dynamic_ncols=True,
             leave=False,
         ) as pbar:
             progress = 0
-            while progress < self.step_per_epoch and not self._finished:
+            while progress < self.params.step_per_epoch and not self._finished:
                 done = self._training_step()
                 progress += done
-                pbar.update(min(done, self.step_per_epoch - pbar.n))
+                pbar.update(min(done, self.params.step_per_epoch - pbar.n))
                 pbar.set_postfix(self._progress_postfix(), refresh=False)
         test_stat = self._tested_this_epoch
         if test_stat is None and self.test_collector is not None:
             test_stat = self._test_step()
         if not self._finished and self._stop_fn_fired():
             self._finish("stop_fn")
-        if not self._finished and self.epoch >= self.max_epoch:
+        if not self._finished and self.state.epoch >= self.params.max_epoch:
             self._finish("max_epoch")
         training_stat = aggregate_training_stats(self._epoch_steps, self._epoch_update_time)
         if training_stat is not None:
             training_stat.smoothed_loss = self._smoothed()
         return EpochStats(
-            epoch=self.epoch,
+            epoch=self.state.epoch,
             train_collect_stat=(
                 CollectStats.merge(self._epoch_collects) if self._epoch_collects else None
             ),
@@ -351,11 +415,20 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         ops = self._ops.ops  # the plain dict: no method call per gradient step
         if ops["process_optim_batch"]:
             batch = self._ops.process("process_optim_batch", batch)
+        if self.stop_reason == "nonfinite":
+            return batch  # on_nonfinite="stop": the rest of this update step is dropped
         start = time.perf_counter()
-        stats = self.policy.learn(batch)
+        try:
+            stats = self.policy.learn(batch)
+        except NonFiniteError as exc:
+            on_nonfinite(self, exc, f"gradient step {self.state.gradient_step + 1}")
+            return batch
         stats.train_time = time.perf_counter() - start
-        self.gradient_step += 1
+        self.state.gradient_step += 1
         for key, value in stats.loss_stats().items():
+            if not math.isfinite(value) and self.params.on_nonfinite != "skip":
+                bad = NonFiniteError(f"the loss {key!r} is {value}", where=f"loss {key!r}")
+                on_nonfinite(self, bad, f"gradient step {self.state.gradient_step}")
             self._mov_avg[key].add(value)
         self._pending_steps.append(stats)
         if ops["post_loss"] or ops["post_optim"] or ops["post_optim_log"]:
@@ -365,7 +438,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
     def _after_gradient_step(self, stats: TrainingStats) -> None:
         self._ops.call("post_loss", stats)
         self._ops.call("post_optim")
-        self._log_ops("post_optim_log", "update", self.gradient_step, stats)
+        self._log_ops("post_optim_log", "update", self.state.gradient_step, stats)
 
     def _learn_sampled(self, buffer: ReplayBuffer, batch_size: int) -> None:
         """One gradient step on a minibatch sampled from ``buffer``.
@@ -379,14 +452,14 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
 
     def _finish_update(self, update_time: float) -> TTrainingStats | None:
         """Aggregate the gradient steps of this update step, log them, return them."""
-        self.update_time += update_time
+        self.state.update_time += update_time
         self._epoch_update_time += update_time
         steps, self._pending_steps = self._pending_steps, []
         self._epoch_steps.extend(steps)
         stats = aggregate_training_stats(steps, update_time)
         if stats is not None:
             stats.smoothed_loss = self._smoothed()
-            self.logger.log_update_data(stats, self.gradient_step)
+            self.logger.log_update_data(stats, self.state.gradient_step)
         return stats
 
     def _smoothed(self) -> dict[str, float]:
@@ -397,27 +470,27 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         """Run ``episode_per_test`` deterministic episodes; update the best record."""
         assert self.test_collector is not None
         if self.test_fn is not None:
-            self.test_fn(self.epoch, self.env_step)
+            self.test_fn(self.state.epoch, self.state.env_step)
         self.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
-        stat = self.test_collector.collect(n_episode=self.episode_per_test)
-        self.test_time += stat.collect_time
-        self.test_step += stat.n_collected_steps
-        self.test_episode += stat.n_collected_episodes
+        stat = self.test_collector.collect(n_episode=self.params.episode_per_test)
+        self.state.test_time += stat.collect_time
+        self.state.test_step += stat.n_collected_steps
+        self.state.test_episode += stat.n_collected_episodes
         assert stat.returns_stat is not None
-        if stat.returns_stat.mean > self.best_test_return:
-            self.best_test_return = stat.returns_stat.mean
-            self.best_test_return_std = stat.returns_stat.std
-            self.best_epoch = self.epoch
+        if stat.returns_stat.mean > self.state.best_test_return:
+            self.state.best_test_return = stat.returns_stat.mean
+            self.state.best_test_return_std = stat.returns_stat.std
+            self.state.best_epoch = self.state.epoch
             if self.save_best_fn is not None:
                 self.save_best_fn(self.policy)
         self.last_test_stat = stat
         self._tested_this_epoch = stat
-        self.logger.log_test_data(stat, self.env_step)
+        self.logger.log_test_data(stat, self.state.env_step)
         self._ops.call("test_end", stat)
         return stat
 
     def _stop_fn_fired(self) -> bool:
-        return self.stop_fn is not None and bool(self.stop_fn(self.best_test_return))
+        return self.stop_fn is not None and bool(self.stop_fn(self.state.best_test_return))
 
     # -------------------------------------------------------------- persisting
     def state_dict(self) -> dict[str, Any]:
@@ -429,9 +502,29 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         return trainer_state(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned into this (identically built) trainer."""
+        """Restore what :meth:`state_dict` returned into this (identically built) trainer.
+
+        All or nothing: :meth:`check_state_dict` runs first, a failure while restoring
+        puts everything back, and the logger (which rewrites its files) comes last.
+        """
         self._complete_init()
+        self.check_state_dict(state)
+        with restore_on_error(self, self._restorable()):
+            self._load_parts(state)
+        load_logger_state(self, state)
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise (naming what differs) unless ``state`` fits this trainer; changes nothing."""
+        check_trainer_state(self, state)
+
+    def _load_parts(self, state: Mapping[str, Any]) -> None:
+        """Restore everything but the logger (subclasses add their collector and buffer)."""
         load_trainer_state(self, state)
+
+    def _restorable(self) -> list[object]:
+        """Objects whose attributes :func:`restore_on_error` saves besides the trainer's."""
+        collectors = [collector for _, collector in self._collectors()]
+        return [*collectors, *(c.buffer for c in collectors if c.buffer is not None)]
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint directory at ``path`` atomically; returns its path.
@@ -454,35 +547,13 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
             raise RuntimeError("load_checkpoint cannot run inside next(): call it between epochs")
         return load_checkpoint(self, path)
 
-    @classmethod
-    def resume(cls: type[TTrainer], path: str | os.PathLike[str], **kwargs: Any) -> TTrainer:
-        """Build the trainer from ``kwargs`` (as the checkpointed run was built) and restore
-        ``path`` into it: ``OffpolicyTrainer.resume("ckpt/epoch_000010", policy=..., ...)``."""
-        return cls(resume_from=path, **kwargs)
-
     # --------------------------------------------------------------- reporting
     def info_stat(self) -> InfoStats:
         """Totals and timings of the run so far."""
-        return InfoStats(
-            epoch=self.epoch,
-            env_step=self.env_step,
-            gradient_step=self.gradient_step,
-            train_episode=self.train_episode,
-            test_step=self.test_step,
-            test_episode=self.test_episode,
-            best_test_return=self.best_test_return,
-            best_test_return_std=self.best_test_return_std,
-            best_epoch=self.best_epoch,
-            collect_time=self.collect_time,
-            update_time=self.update_time,
-            test_time=self.test_time,
-            total_time=self.total_time,
-            collect_speed=self.env_step / self.collect_time if self.collect_time > 0 else 0.0,
-            update_speed=self.gradient_step / self.update_time if self.update_time > 0 else 0.0,
-        )
+        return InfoStats.of(self.state)
 
     def _progress_postfix(self) -> dict[str, str]:
-        post = {"env_step": str(self.env_step)}
+        post = {"env_step": str(self.state.env_step)}
         for key, value in self._smoothed().items():
             if key.startswith("loss"):
                 post[key] = f"{value:.3g}"
@@ -492,14 +563,15 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         return post
 
     def _report(self, stats: EpochStats[TTrainingStats]) -> None:
-        if not self.verbose:
+        if not self.params.verbose:
             return
-        line = f"Epoch #{stats.epoch}: env_step={self.env_step} grad_step={self.gradient_step}"
+        state = self.state
+        line = f"Epoch #{stats.epoch}: env_step={state.env_step} grad_step={state.gradient_step}"
         test = stats.test_collect_stat
         if test is not None and test.returns_stat is not None:
             line += (
                 f" test_return={test.returns_stat.mean:.2f} ± {test.returns_stat.std:.2f}"
-                f" best={self.best_test_return:.2f} (epoch {self.best_epoch})"
+                f" best={self.state.best_test_return:.2f} (epoch {self.state.best_epoch})"
             )
-        line += f" time={self.total_time:.1f}s"
+        line += f" time={self.state.total_time:.1f}s"
         tqdm.write(line)

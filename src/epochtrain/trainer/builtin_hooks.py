@@ -261,7 +261,7 @@ class EarlyStopping(TrainerHook):
         self._trainer = trainer
 
     def _progress(self, trainer: BaseTrainer[Any]) -> int:
-        return trainer.env_step if hasattr(trainer, "train_collector") else trainer.gradient_step
+        return trainer.state.env_step if hasattr(trainer, "train_collector") else trainer.state.gradient_step
 
     def _on_test(self, stat: CollectStats) -> None:
         trainer = self._trainer
@@ -308,7 +308,7 @@ class UTDRatio(TrainerHook):
 
     def _log(self, batch: Batch) -> dict[str, Any]:
         assert self._trainer is not None
-        env_step = max(self._trainer.env_step, 1)
+        env_step = max(self._trainer.state.env_step, 1)
         return {"utd_ratio": self.samples / env_step, "log_pbar": self.log_pbar}
 
     def state_dict(self) -> dict[str, Any]:

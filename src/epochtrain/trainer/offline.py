@@ -7,47 +7,84 @@ A training step is one gradient step on a minibatch of ``batch_size`` sampled fr
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
-from epochtrain.algorithms.base import Policy
+import gymnasium as gym
+import torch
+
+from epochtrain.algorithms.base import Policy, TrainerKind
 from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.collector import Collector
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
-from epochtrain.trainer.params import check_positive_int
+from epochtrain.trainer.params import OfflineParams, TrainerParams
 
-__all__ = ["OfflineTrainer"]
+__all__ = ["OfflineTrainer", "check_dataset_spaces"]
+
+
+def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
+    """The dataset's observation and action shapes must fit the policy's spaces."""
+    first = buffer.get(torch.zeros(1, dtype=torch.long))
+    obs_space, act_space = policy.observation_space, policy.action_space
+    if isinstance(first.obs, torch.Tensor) and obs_space.shape is not None:
+        shape = tuple(first.obs.shape[1:])
+        if shape != tuple(obs_space.shape):
+            raise ValueError(
+                f"the dataset's observations have shape {shape}, the policy's observation "
+                f"space is {obs_space}: use a dataset recorded on the policy's env"
+            )
+    if isinstance(act_space, gym.spaces.Discrete):
+        expected: tuple[int, ...] = ()
+    else:
+        expected = tuple(act_space.shape or ())
+    shape = tuple(first.act.shape[1:])
+    if shape != expected:
+        raise ValueError(
+            f"the dataset's actions have shape {shape}, the policy's action space is "
+            f"{act_space}: use a dataset recorded on the policy's env"
+        )
 
 
 class OfflineTrainer(BaseTrainer[TTrainingStats]):
-    """Trainer for offline algorithms (BC, TD3+BC, CQL) on a fixed dataset ``buffer``.
+    """Trainer for offline algorithms (BC, TD3+BC, CQL) on a fixed dataset ``buffer``;
+    ``params``: :class:`OfflineParams`.
 
     The dataset is an input, not part of the run's state: checkpoints do not hold it, so
     resume with the same ``buffer``.
     """
 
-    def __init__(
-        self,
-        *,
-        policy: Policy[TTrainingStats],
-        buffer: ReplayBuffer,
-        batch_size: int = 256,
-        **kwargs: Any,
-    ) -> None:
+    kind: ClassVar[TrainerKind] = "offline"
+    params: OfflineParams
+    params_cls: ClassVar[type[TrainerParams]] = OfflineParams
+    buffer: ReplayBuffer
+
+    def _attach(self, train_collector: Collector | None, buffer: ReplayBuffer | None) -> None:
+        if train_collector is not None:
+            raise TypeError(
+                "OfflineTrainer takes no train_collector: it learns from buffer= (a filled "
+                "ReplayBuffer); for training on envs use OffpolicyTrainer"
+            )
         if not isinstance(buffer, ReplayBuffer):
-            raise TypeError(f"buffer must be a ReplayBuffer, got {type(buffer).__name__}")
+            raise TypeError(
+                f"buffer must be a filled ReplayBuffer (the dataset), got "
+                f"{type(buffer).__name__}: load one with ReplayBuffer.load(path)"
+            )
         if buffer.n_valid == 0:
             raise ValueError(
                 "buffer is empty: fill it (e.g. ReplayBuffer.load(path)) before offline training"
             )
-        check_positive_int("batch_size", batch_size)
-        super().__init__(policy=policy, **kwargs)
         self.buffer = buffer
-        self.batch_size = batch_size
-        self._complete_init()
+
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        check_dataset_spaces(self.policy, self.buffer)
+
+    def _buffer_kind(self) -> str | None:
+        return type(self.buffer).__name__
 
     def _training_step(self) -> int:
         if self.train_fn is not None:
-            self.train_fn(self.epoch, self.env_step)
+            self.train_fn(self.state.epoch, self.state.env_step)
         self._ops.call("pre_optim_steps")
         self.policy_update_fn(None)
         self._ops.call("post_steps")
@@ -56,5 +93,5 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
         """One gradient step on a sampled minibatch."""
         start = time.perf_counter()
-        self._learn_sampled(self.buffer, self.batch_size)
+        self._learn_sampled(self.buffer, self.params.batch_size)
         return self._finish_update(time.perf_counter() - start)

@@ -8,55 +8,38 @@ all of those gradient steps (mean, std, min, max), not just the last one.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import ClassVar
 
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import TrainerKind
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.online import OnlineTrainer
-from epochtrain.trainer.params import check_positive_int
+from epochtrain.trainer.params import OffpolicyParams, TrainerParams
 
 __all__ = ["OffpolicyTrainer"]
 
 
 class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
-    """Trainer for off-policy algorithms (DQN, SAC, TD3, ...).
+    """Trainer for off-policy algorithms (DQN, SAC, TD3, ...); ``params``:
+    :class:`OffpolicyParams`.
 
     ``update_per_step``: gradient steps per collected env step (> 0);
     ``batch_size``: transitions per minibatch; ``warmup_steps``: env steps collected with
     random actions before the first epoch (counted in ``env_step``).
     """
 
-    def __init__(
-        self,
-        *,
-        policy: Policy[TTrainingStats],
-        update_per_step: float = 1.0,
-        batch_size: int = 64,
-        warmup_steps: int = 0,
-        **kwargs: Any,
-    ) -> None:
-        if isinstance(update_per_step, bool) or not isinstance(update_per_step, int | float):
-            raise ValueError(f"update_per_step must be a number > 0, got {update_per_step!r}")
-        if not update_per_step > 0:
-            raise ValueError(f"update_per_step must be a number > 0, got {update_per_step!r}")
-        check_positive_int("batch_size", batch_size)
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
-        super().__init__(policy=policy, **kwargs)
-        self.update_per_step = float(update_per_step)
-        self.batch_size = batch_size
-        self.warmup_steps = warmup_steps
-        self._complete_init()
+    kind: ClassVar[TrainerKind] = "offpolicy"
+    params: OffpolicyParams
+    params_cls: ClassVar[type[TrainerParams]] = OffpolicyParams
 
     def _start(self) -> None:
         super()._start()
-        if self.warmup_steps > 0:
-            self.policy.set_progress(self.env_step)
-            stat = self.train_collector.collect(n_step=self.warmup_steps, random=True)
-            self.env_step += stat.n_collected_steps
-            self.train_episode += stat.n_collected_episodes
-            self.collect_time += stat.collect_time
-            self.logger.log_train_data(stat, self.env_step)
+        if self.params.warmup_steps > 0:
+            self.policy.set_progress(self.state.env_step)
+            stat = self.train_collector.collect(n_step=self.params.warmup_steps, random=True)
+            self.state.env_step += stat.n_collected_steps
+            self.state.train_episode += stat.n_collected_episodes
+            self.state.collect_time += stat.collect_time
+            self.logger.log_train_data(stat, self.state.env_step)
             if self._ops["batch_process"]:  # e.g. normalisers see the warm-up data too
                 self._ops.process("batch_process", self._collected_rows())
 
@@ -66,6 +49,6 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         assert collect_stats is not None
         buffer = self.train_collector.buffer
         assert buffer is not None
-        for _ in range(round(self.update_per_step * collect_stats.n_collected_steps)):
-            self._learn_sampled(buffer, self.batch_size)
+        for _ in range(round(self.params.update_per_step * collect_stats.n_collected_steps)):
+            self._learn_sampled(buffer, self.params.batch_size)
         return self._finish_update(time.perf_counter() - start)

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from epochtrain.algorithms.base import Policy
 from epochtrain.data.batch import Batch
+from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.stats import CollectStats, TTrainingStats
+from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.trainer.base import BaseTrainer
-from epochtrain.trainer.params import check_positive_int
+from epochtrain.trainer.safety import on_nonfinite, with_run_context
+from epochtrain.trainer.params import OnlineParams, TrainerParams
 
 __all__ = ["OnlineTrainer"]
 
@@ -29,46 +31,42 @@ __all__ = ["OnlineTrainer"]
 class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
     """Base of the trainers that collect from envs; ``step_per_epoch`` counts env steps.
 
-    Exactly one of ``step_per_collect`` (env steps per collect step) and
-    ``episode_per_collect`` must be given.
+    Takes ``train_collector`` (with a buffer, over the policy); ``params`` is an
+    :class:`OnlineParams` subclass: exactly one of ``step_per_collect`` (env steps per
+    collect step) and ``episode_per_collect``.
     """
 
-    def __init__(
-        self,
-        *,
-        policy: Policy[TTrainingStats],
-        train_collector: Collector,
-        step_per_collect: int | None = None,
-        episode_per_collect: int | None = None,
-        **kwargs: Any,
-    ) -> None:
+    params: OnlineParams
+    params_cls: ClassVar[type[TrainerParams]] = OnlineParams
+    train_collector: Collector
+
+    def _attach(self, train_collector: Collector | None, buffer: ReplayBuffer | None) -> None:
+        if buffer is not None:
+            raise TypeError(
+                f"{type(self).__name__} takes no buffer: its data comes from train_collector "
+                "(an offline dataset goes to OfflineTrainer(buffer=...))"
+            )
         if not isinstance(train_collector, Collector):
             raise TypeError(
-                f"train_collector must be a Collector, got {type(train_collector).__name__}"
+                f"train_collector must be a Collector, got {type(train_collector).__name__}: "
+                "build it with Collector(policy, envs, ReplayBuffer(capacity, num_envs))"
             )
         if train_collector.buffer is None:
             raise ValueError(
                 "train_collector has no buffer; build it with "
                 "Collector(policy, envs, ReplayBuffer(capacity, num_envs))"
             )
-        if (step_per_collect is None) == (episode_per_collect is None):
-            raise ValueError(
-                "give exactly one of step_per_collect and episode_per_collect, got "
-                f"step_per_collect={step_per_collect!r}, "
-                f"episode_per_collect={episode_per_collect!r}"
-            )
-        if step_per_collect is not None:
-            check_positive_int("step_per_collect", step_per_collect)
-        if episode_per_collect is not None:
-            check_positive_int("episode_per_collect", episode_per_collect)
-        super().__init__(policy=policy, **kwargs)
         if train_collector.policy is not self.policy:
             raise ValueError("train_collector.policy must be the trainer's policy")
         if self.test_collector is not None and self.test_collector.policy is not self.policy:
             raise ValueError("test_collector.policy must be the trainer's policy")
         self.train_collector = train_collector
-        self.step_per_collect = step_per_collect
-        self.episode_per_collect = episode_per_collect
+
+    def _collectors(self) -> list[tuple[str, Collector]]:
+        return [("train_collector", self.train_collector), *super()._collectors()]
+
+    def _buffer_kind(self) -> str | None:
+        return type(self.train_collector.buffer).__name__
 
     def reset(self) -> None:
         """Start over; the training envs are reset and the buffer cleared on the next step."""
@@ -77,27 +75,39 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         self.train_collector.buffer.clear()
 
     def _start(self) -> None:
-        self.train_collector.reset(seed=self.seed)
-        self.train_collector.env.action_space.seed(self.seed)
+        self.train_collector.reset(seed=self.params.seed)
+        self.train_collector.env.action_space.seed(self.params.seed)
 
     def _collect(self, **kwargs: Any) -> int:
-        """One collect step on the training envs; returns env steps collected."""
-        stat = self.train_collector.collect(**kwargs)
-        self.env_step += stat.n_collected_steps
-        self.train_episode += stat.n_collected_episodes
-        self.collect_time += stat.collect_time
+        """One collect step on the training envs; returns env steps collected.
+
+        Non-finite env data goes through ``on_nonfinite`` (0 steps are returned when it
+        stops the run); an env error is re-raised with the run's env step and epoch.
+        """
+        try:
+            stat = self.train_collector.collect(**kwargs)
+        except NonFiniteError as exc:
+            on_nonfinite(self, exc, f"env step {self.state.env_step + (exc.env_step or 0)}")
+            return 0
+        except EnvError as exc:
+            raise with_run_context(self, exc, self.state.env_step + (exc.env_step or 0)) from None
+        self.state.env_step += stat.n_collected_steps
+        self.state.train_episode += stat.n_collected_episodes
+        self.state.collect_time += stat.collect_time
         self._epoch_collects.append(stat)
-        self.logger.log_train_data(stat, self.env_step)
+        self.logger.log_train_data(stat, self.state.env_step)
         return stat.n_collected_steps
 
     def _training_step(self) -> int:
         if self.train_fn is not None:
-            self.train_fn(self.epoch, self.env_step)
-        self.policy.set_progress(self.env_step)
-        if self.step_per_collect is not None:
-            steps = self._collect(n_step=self.step_per_collect)
+            self.train_fn(self.state.epoch, self.state.env_step)
+        self.policy.set_progress(self.state.env_step)
+        if self.params.step_per_collect is not None:
+            steps = self._collect(n_step=self.params.step_per_collect)
         else:
-            steps = self._collect(n_episode=self.episode_per_collect)
+            steps = self._collect(n_episode=self.params.episode_per_collect)
+        if self.stop_reason == "nonfinite":
+            return steps
         stat = self._epoch_collects[-1]
         if self._should_test_in_train(stat.returns):
             self._test_step()
@@ -113,12 +123,12 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         batch = None
         if ops["batch_process"] or ops["pre_steps_log"] or ops["post_steps_log"]:
             batch = ops.process("batch_process", self._collected_rows())
-            self._log_ops("pre_steps_log", "train", self.env_step, batch)
+            self._log_ops("pre_steps_log", "train", self.state.env_step, batch)
         ops.call("pre_optim_steps")
         self._run_update(stat, batch)
         ops.call("post_steps")
         if batch is not None:
-            self._log_ops("post_steps_log", "train", self.env_step, batch)
+            self._log_ops("post_steps_log", "train", self.state.env_step, batch)
 
     def _run_update(self, stat: CollectStats, batch: Batch | None) -> None:
         """Run the update step; ``batch`` is the hook-processed collected batch, if any."""
@@ -144,22 +154,33 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         state["buffer"] = buffer.state_dict()
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output.
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The base checks plus the buffer's and the training collector's."""
+        super().check_state_dict(state)
+        missing = [key for key in ("buffer", "train_collector") if key not in state]
+        if missing:
+            raise ValueError(f"the trainer state lacks the entries {missing}")
+        buffer = self.train_collector.buffer
+        assert buffer is not None
+        buffer.check_state_dict(state["buffer"])
+        self.train_collector.check_state_dict(state["train_collector"])
+
+    def _load_parts(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the logger aside).
 
         Envs that could not be saved (``AsyncVectorEnv``) restart their episodes with a
         reset seeded from the run's seed and env step, so the resumed run is deterministic.
         """
-        super().load_state_dict(state)
+        super()._load_parts(state)
         buffer = self.train_collector.buffer
         assert buffer is not None
         buffer.load_state_dict(state["buffer"])
-        restart_seed = (self.seed * 1_000_003 + self.env_step) % 2**31
+        restart_seed = (self.params.seed * 1_000_003 + self.state.env_step) % 2**31
         self.train_collector.load_state_dict(state["train_collector"], restart_seed=restart_seed)
 
     def _should_test_in_train(self, train_returns: np.ndarray) -> bool:
         return (
-            self.test_in_train
+            self.params.test_in_train
             and self.stop_fn is not None
             and len(train_returns) > 0
             and bool(self.stop_fn(float(train_returns.mean())))

@@ -9,51 +9,45 @@ each; finally the rollout buffer is cleared.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import ClassVar
 
 import torch
 
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import TrainerKind
 from epochtrain.data.batch import Batch
+from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.collector import Collector
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.online import OnlineTrainer
-from epochtrain.trainer.params import check_positive_int
+from epochtrain.trainer.params import OnpolicyParams, TrainerParams
 
 __all__ = ["OnpolicyTrainer"]
 
 
 class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
-    """Trainer for on-policy algorithms (PPO, A2C, PG).
+    """Trainer for on-policy algorithms (PPO, A2C, PG); ``params``: :class:`OnpolicyParams`.
 
     ``repeat_per_collect``: passes over each rollout; ``batch_size``: transitions per
     minibatch (``None`` = the whole rollout in one gradient step).
     """
 
-    def __init__(
-        self,
-        *,
-        policy: Policy[TTrainingStats],
-        repeat_per_collect: int = 1,
-        batch_size: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        check_positive_int("repeat_per_collect", repeat_per_collect)
-        if batch_size is not None:
-            check_positive_int("batch_size", batch_size)
-        super().__init__(policy=policy, **kwargs)
-        buffer = self.train_collector.buffer
-        assert buffer is not None
-        if self.step_per_collect is not None:
-            rows = -(-self.step_per_collect // buffer.num_envs)
-            if rows > buffer.rows:
+    kind: ClassVar[TrainerKind] = "onpolicy"
+    params: OnpolicyParams
+    params_cls: ClassVar[type[TrainerParams]] = OnpolicyParams
+
+    def _attach(self, train_collector: Collector | None, buffer: ReplayBuffer | None) -> None:
+        super()._attach(train_collector, buffer)
+        rollout = self.train_collector.buffer
+        assert rollout is not None
+        step_per_collect = self.params.step_per_collect
+        if step_per_collect is not None:
+            rows = -(-step_per_collect // rollout.num_envs)
+            if rows > rollout.rows:
                 raise ValueError(
-                    f"step_per_collect={self.step_per_collect} needs a rollout buffer of "
-                    f"capacity >= {rows * buffer.num_envs}, the train_collector's buffer has "
-                    f"capacity {buffer.capacity}"
+                    f"params.step_per_collect={step_per_collect} needs a rollout buffer of "
+                    f"capacity >= {rows * rollout.num_envs}, the train_collector's buffer has "
+                    f"capacity {rollout.capacity}: raise the capacity or lower step_per_collect"
                 )
-        self.repeat_per_collect = repeat_per_collect
-        self.batch_size = batch_size
-        self._complete_init()
 
     def _collected_rows(self) -> Batch:
         """The whole rollout: the buffer holds exactly the last collect step."""
@@ -88,8 +82,8 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
         if batch.valid is not None and not bool(batch.valid.all()):
             batch = batch[batch.valid]
         n = len(batch)
-        size = self.batch_size or n
-        for _ in range(self.repeat_per_collect):
+        size = self.params.batch_size or n
+        for _ in range(self.params.repeat_per_collect):
             order = torch.randperm(n, device=batch.rew.device)
             for begin in range(0, n, size):
                 self._learn(batch[order[begin : begin + size]])

@@ -1,45 +1,204 @@
-"""Validation of the trainers' parameters: each error names the parameter and the fix."""
+"""Trainer parameters as data: one frozen dataclass per trainer kind, validated on build.
+
+``TrainerParams`` holds what every trainer shares (epochs, tests, seed, checkpoints);
+``OnlineParams`` adds the collect step; ``OnpolicyParams``, ``OffpolicyParams`` and
+``OfflineParams`` add each kind's update step. Units are in the names' docstrings:
+``step_per_epoch`` counts env steps online and gradient steps offline.
+
+The objects a trainer works on (policy, collectors, logger, hooks, callbacks) are not data;
+they are the trainer constructor's other keyword arguments, checked by :func:`check_objects`.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from epochtrain.algorithms.base import Policy
+from epochtrain.config import Config, param
 from epochtrain.data.collector import Collector
 from epochtrain.logger import BaseLogger
 from epochtrain.trainer.hooks import TrainerHook
 
-__all__ = ["check_base_params", "check_hooks", "check_path", "check_positive_int"]
+__all__ = [
+    "SAFE_TO_CHANGE",
+    "OfflineParams",
+    "OffpolicyParams",
+    "OnlineParams",
+    "OnpolicyParams",
+    "SettingsMismatchError",
+    "TrainerParams",
+    "check_hooks",
+    "check_objects",
+    "compare_settings",
+]
+
+NonFinitePolicy = Literal["raise", "stop", "skip"]
 
 
-def check_positive_int(name: str, value: object) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+@dataclass(frozen=True, kw_only=True)
+class TrainerParams(Config):
+    """Parameters every trainer shares."""
+
+    max_epoch: int = param(10, ge=1)
+    """Epochs to run (the run may stop earlier through stop_fn or a hook)."""
+    step_per_epoch: int = param(5000, ge=1)
+    """Length of an epoch: env steps (online trainers) or gradient steps (offline)."""
+    episode_per_test: int = param(10, ge=1)
+    """Deterministic test episodes at the end of each epoch."""
+    test_in_train: bool = False
+    """When the training episodes already satisfy stop_fn, test at once (may stop early)."""
+    test_before_train: bool = False
+    """Run a test step before the first epoch."""
+    seed: int = param(0, ge=0)
+    """Seed of the run's random streams (python, numpy, torch) and of the envs."""
+    show_progress: bool = True
+    """Show a progress bar per epoch."""
+    verbose: bool = False
+    """Print one line per epoch."""
+    checkpoint_dir: str | None = None
+    """Write a checkpoint here every checkpoint_every epochs and at the end (None: never)."""
+    checkpoint_every: int = param(1, ge=1)
+    """Epochs between two periodic checkpoints."""
+    keep_last: int | None = param(3, ge=1)
+    """Periodic checkpoints to keep (None: all)."""
+    keep_best: bool = True
+    """Also keep the checkpoint of the best test return."""
+    resume_from: str | None = None
+    """Restore this checkpoint (or the latest one in this checkpoint_dir) before epoch 1."""
+    on_nonfinite: NonFinitePolicy = "raise"
+    """What a non-finite loss or env value does: raise an error, stop the run, or skip the
+    gradient step."""
 
 
-def check_base_params(
+@dataclass(frozen=True, kw_only=True)
+class OnlineParams(TrainerParams):
+    """Parameters of the trainers that collect from envs: one collect step's size."""
+
+    step_per_collect: int | None = param(None, ge=1)
+    """Env steps per collect step (set exactly one of this and episode_per_collect)."""
+    episode_per_collect: int | None = param(None, ge=1)
+    """Episodes per collect step (set step_per_collect=None to use it)."""
+
+    def check(self) -> None:
+        """Exactly one of ``step_per_collect`` and ``episode_per_collect``."""
+        super().check()
+        if (self.step_per_collect is None) == (self.episode_per_collect is None):
+            raise ValueError(
+                f"{type(self).__name__}: give exactly one of step_per_collect and "
+                f"episode_per_collect, got step_per_collect={self.step_per_collect!r}, "
+                f"episode_per_collect={self.episode_per_collect!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnpolicyParams(OnlineParams):
+    """On-policy update step: ``repeat_per_collect`` passes over each fresh rollout in
+    minibatches of ``batch_size`` (the PPO paper's 2048 steps, 10 passes, minibatch 64)."""
+
+    step_per_collect: int | None = param(2048, ge=1)
+    """Env steps per collect step (set exactly one of this and episode_per_collect)."""
+    repeat_per_collect: int = param(10, ge=1)
+    """Passes over each rollout."""
+    batch_size: int | None = param(64, ge=1)
+    """Transitions per minibatch (None: the whole rollout in one gradient step)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffpolicyParams(OnlineParams):
+    """Off-policy update step: ``update_per_step`` gradient steps per collected env step,
+    each on a minibatch of ``batch_size`` sampled from the replay buffer."""
+
+    step_per_collect: int | None = param(1, ge=1)
+    """Env steps per collect step (set exactly one of this and episode_per_collect)."""
+    update_per_step: float = param(1.0, gt=0)
+    """Gradient steps per collected env step."""
+    batch_size: int = param(256, ge=1)
+    """Transitions per sampled minibatch."""
+    warmup_steps: int = param(0, ge=0)
+    """Env steps collected with random actions before the first epoch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OfflineParams(TrainerParams):
+    """Offline training step: one gradient step on a minibatch sampled from the dataset."""
+
+    step_per_epoch: int = param(1000, ge=1)
+    """Gradient steps per epoch."""
+    batch_size: int = param(256, ge=1)
+    """Transitions per sampled minibatch."""
+
+
+SAFE_TO_CHANGE = frozenset(
+    {
+        "max_epoch",
+        "episode_per_test",
+        "show_progress",
+        "verbose",
+        "checkpoint_dir",
+        "checkpoint_every",
+        "keep_last",
+        "keep_best",
+        "resume_from",
+        "on_nonfinite",
+    }
+)
+"""Trainer parameters a resumed run may change: they do not alter what was computed."""
+
+
+SAFE_OUTSIDE_TRAINER = frozenset(
+    {"logging.logdir", "logging.loggers", "device", "stop_at", "dataset", "num_test_envs"}
+)
+"""Run-spec settings outside ``trainer`` that a resumed run may change."""
+
+
+class SettingsMismatchError(ValueError):
+    """A checkpoint's run settings differ from those of the trainer it is loaded into."""
+
+
+def compare_settings(own: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]:
+    """Compare a trainer's :meth:`~BaseTrainer.resume_settings` with a checkpoint's.
+
+    Raises :class:`SettingsMismatchError` listing every differing setting that changes
+    what the run computes; returns the differing settings that are safe to change (such as
+    ``trainer.max_epoch``), for a warning.
+    """
+    mine, theirs = _flatten(own), _flatten(saved)
+    safe = {f"trainer.{name}" for name in SAFE_TO_CHANGE} | SAFE_OUTSIDE_TRAINER
+    differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    unsafe = [k for k in differing if k not in safe]
+    if unsafe:
+        detail = ", ".join(f"{k}: saved {theirs.get(k)!r}, now {mine.get(k)!r}" for k in unsafe)
+        raise SettingsMismatchError(
+            f"the checkpoint was written by a run with other settings ({detail}): build the "
+            "trainer as the checkpointed run was (RunSpec.from_dict(manifest['spec']) for a "
+            "spec'd run), or start a new run; nothing was restored"
+        )
+    return [f"{k}: saved {theirs.get(k)!r}, now {mine.get(k)!r}" for k in differing]
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def check_objects(
     *,
     policy: object,
     test_collector: object,
-    max_epoch: object,
-    step_per_epoch: object,
-    episode_per_test: object,
     callbacks: Mapping[str, object],
-    test_in_train: bool,
-    test_before_train: bool,
-    seed: object,
+    params: TrainerParams,
     logger: object,
 ) -> None:
-    """Check the parameters every trainer shares (see :class:`BaseTrainer`)."""
+    """Check the objects every trainer takes (see :class:`BaseTrainer`)."""
     if not isinstance(policy, Policy):
         raise TypeError(f"policy must be an epochtrain Policy, got {type(policy).__name__}")
-    check_positive_int("max_epoch", max_epoch)
-    check_positive_int("step_per_epoch", step_per_epoch)
-    check_positive_int("episode_per_test", episode_per_test)
     for name, fn in callbacks.items():
         if fn is not None and not callable(fn):
             raise ValueError(f"{name} must be callable or None, got {fn!r}")
@@ -48,11 +207,11 @@ def check_base_params(
             f"test_collector must be a Collector or None, got {type(test_collector).__name__}"
         )
     if test_collector is None:
-        needs_test: dict[str, Any] = {
+        needs_test: dict[str, object] = {
             "stop_fn": callbacks.get("stop_fn"),
             "save_best_fn": callbacks.get("save_best_fn"),
-            "test_in_train": test_in_train or None,
-            "test_before_train": test_before_train or None,
+            "params.test_in_train": params.test_in_train or None,
+            "params.test_before_train": params.test_before_train or None,
         }
         for name, value in needs_test.items():
             if value is not None:
@@ -66,8 +225,6 @@ def check_base_params(
             "test_collector has exploration=True; tests must be deterministic: build it "
             "with Collector(policy, test_envs, exploration=False)"
         )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if logger is not None and not isinstance(logger, BaseLogger):
         raise TypeError(f"logger must be a BaseLogger or None, got {type(logger).__name__}")
 
@@ -84,20 +241,3 @@ def check_hooks(hooks: object) -> list[TrainerHook]:
                 f"hooks[{i}] must be a TrainerHook (see epochtrain.trainer.hooks), got {hook!r}"
             )
     return list(hooks)
-
-
-def check_path(name: str, value: object, *, must_exist: bool = False) -> Path | None:
-    """``value`` as a ``Path`` (``None`` stays ``None``); a file is not a directory."""
-    if value is None:
-        return None
-    if not isinstance(value, str | os.PathLike) or os.fspath(value) == "":
-        raise ValueError(f"{name} must be a non-empty str or os.PathLike or None, got {value!r}")
-    path = Path(os.fspath(value))
-    if must_exist and not path.exists():
-        raise FileNotFoundError(
-            f"{name}={os.fspath(path)!r} does not exist: pass a checkpoint directory (or the "
-            "checkpoint_dir holding them)"
-        )
-    if not must_exist and path.is_file():
-        raise ValueError(f"{name} must be a directory, got the file {os.fspath(path)!r}")
-    return path

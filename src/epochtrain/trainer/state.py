@@ -5,61 +5,60 @@ the counters and best record, the trainer's random streams (python, numpy, torch
 moving-average windows of the smoothed losses, the logger's position, every hook's state
 and the collectors' in-flight episodes (the online trainers add the training collector,
 its envs and the replay buffer).
+
+Restoring is all or nothing: :func:`check_trainer_state` checks a state against the
+trainer without changing it, :func:`restore_on_error` puts the trainer back if applying
+fails anyway, and the logger (which rewrites its files) is restored last.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import random
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from epochtrain.stats import MovAvg
+from epochtrain.stats import MovAvg, RunState
 
 if TYPE_CHECKING:
+    from epochtrain.algorithms.base import Policy
     from epochtrain.trainer.base import BaseTrainer
 
-__all__ = ["COUNTERS", "load_trainer_state", "rng_scope", "trainer_state"]
+__all__ = [
+    "FLAGS",
+    "check_policy_state",
+    "check_trainer_state",
+    "load_logger_state",
+    "load_policy_state",
+    "load_trainer_state",
+    "restore_on_error",
+    "rng_scope",
+    "trainer_state",
+]
 
-COUNTERS = (
-    "epoch",
-    "env_step",
-    "gradient_step",
-    "train_episode",
-    "test_step",
-    "test_episode",
-    "best_test_return",
-    "best_test_return_std",
-    "best_epoch",
-    "collect_time",
-    "update_time",
-    "test_time",
-    "total_time",
-    "stop_reason",
-    "last_test_stat",
-    "_started",
-    "_finished",
-)
-"""Trainer attributes saved as they are."""
+FLAGS = ("stop_reason", "last_test_stat", "_started", "_finished")
+"""Trainer attributes saved beside the :class:`~epochtrain.stats.RunState` counters."""
 
 
 @contextmanager
 def rng_scope(trainer: BaseTrainer[Any]) -> Iterator[None]:
     """Swap the trainer's random streams (python, numpy, torch) in, and out on exit.
 
-    The first time, the streams are seeded with ``trainer.seed``; the caller's streams are
+    The first time, the streams are seeded with ``trainer.params.seed``; the caller's streams are
     restored on exit, so zipped trainers do not disturb each other.
     """
     outer = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     if trainer._rng_state is None:
-        random.seed(trainer.seed)
-        np.random.seed(trainer.seed)
-        torch.manual_seed(trainer.seed)
+        random.seed(trainer.params.seed)
+        np.random.seed(trainer.params.seed)
+        torch.manual_seed(trainer.params.seed)
     else:
         random.setstate(trainer._rng_state["python"])
         np.random.set_state(trainer._rng_state["numpy"])
@@ -82,7 +81,10 @@ def trainer_state(trainer: BaseTrainer[Any]) -> dict[str, Any]:
     test = trainer.test_collector
     return {
         "policy": trainer.policy.state_dict(),
-        "counters": {name: getattr(trainer, name) for name in COUNTERS},
+        "counters": {
+            **dataclasses.asdict(trainer.state),
+            **{name: getattr(trainer, name) for name in FLAGS},
+        },
         "rng": trainer._rng_state,
         "mov_avg": {key: avg.state_dict() for key, avg in trainer._mov_avg.items()},
         "logger": trainer.logger.state_dict(),
@@ -93,8 +95,58 @@ def trainer_state(trainer: BaseTrainer[Any]) -> dict[str, Any]:
     }
 
 
-def load_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> None:
-    """Restore what :func:`trainer_state` returned into an identically built trainer."""
+_TRAINER_KEYS = ("policy", "counters", "rng", "mov_avg", "logger", "hooks", "test_collector")
+
+
+def check_policy_state(policy: Policy[Any], state: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the entry if ``state`` is not a state of ``policy``'s
+    architecture (keys, tensor shapes and dtypes, optimizer names); changes nothing."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"the policy state is a {type(state).__name__}, not a state_dict")
+    own = policy.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise ValueError(
+            f"the policy state lacks {missing} and has the unexpected entries {unexpected}: "
+            f"it is not a state of this {type(policy).__name__}'s networks"
+        )
+    for key, tensor in own.items():
+        saved = state[key]
+        if isinstance(tensor, torch.Tensor) and (
+            not isinstance(saved, torch.Tensor)
+            or saved.shape != tensor.shape
+            or saved.dtype != tensor.dtype
+        ):
+            got = f"{tuple(saved.shape)} {saved.dtype}" if isinstance(saved, torch.Tensor) else saved
+            raise ValueError(
+                f"policy tensor {key!r} is {tuple(tensor.shape)} {tensor.dtype} here, the "
+                f"state has {got}: build the policy with the checkpointed run's settings"
+            )
+    extra = state.get("_extra_state")
+    if isinstance(extra, Mapping) and isinstance(extra.get("optimizers"), Mapping):
+        saved_opts, own_opts = sorted(extra["optimizers"]), sorted(policy.optimizers)
+        if saved_opts != own_opts:
+            raise ValueError(
+                f"the policy state holds optimizers {saved_opts}, this policy has {own_opts}"
+            )
+
+
+def load_policy_state(policy: Policy[Any], state: Mapping[str, Any]) -> None:
+    """``policy.load_state_dict(state)``, undone if it fails half-way."""
+    backup = copy.deepcopy(policy.state_dict())
+    try:
+        policy.load_state_dict(state)
+    except BaseException:
+        policy.load_state_dict(backup)
+        raise
+
+
+def check_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> None:
+    """Raise (``ValueError``, naming what differs) unless :func:`load_trainer_state` can
+    restore ``state`` into ``trainer``; changes nothing."""
+    missing = [key for key in _TRAINER_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"the trainer state lacks the entries {missing}")
     saved_hooks = [entry["type"] for entry in state["hooks"]]
     own_hooks = [type(hook).__qualname__ for hook in trainer.hooks]
     if saved_hooks != own_hooks:
@@ -102,18 +154,68 @@ def load_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> N
             f"the checkpoint holds the states of hooks {saved_hooks}, this trainer has "
             f"{own_hooks}: register the same hooks in the same order"
         )
+    counters = state["counters"]
+    expected = {field.name for field in dataclasses.fields(RunState)} | set(FLAGS)
+    if not isinstance(counters, Mapping) or set(counters) != expected:
+        got = sorted(counters) if isinstance(counters, Mapping) else counters
+        raise ValueError(f"the trainer state's counters are {got}, expected {sorted(expected)}")
+    for name in ("epoch", "env_step", "gradient_step", "best_epoch"):
+        if isinstance(counters[name], bool) or not isinstance(counters[name], int):
+            raise ValueError(f"the counter {name!r} is {counters[name]!r}, not an int")
+    check_policy_state(trainer.policy, state["policy"])
+    test = trainer.test_collector
+    if test is not None and state["test_collector"] is not None:
+        test.check_state_dict(state["test_collector"])
+
+
+@contextmanager
+def restore_on_error(trainer: BaseTrainer[Any], parts: Iterable[object]) -> Iterator[None]:
+    """Put ``trainer`` back as it was if the block raises.
+
+    Saved: the policy (a copy of its state), every hook's state, the trainer's own
+    attributes, and the attributes of ``parts`` (buffers and collectors, whose
+    ``load_state_dict`` replaces their attributes rather than writing into them).
+    """
+    policy = copy.deepcopy(trainer.policy.state_dict())
+    hooks = [copy.deepcopy(hook.state_dict()) for hook in trainer.hooks]
+    objects = [trainer, *parts]
+    attrs = [dict(vars(obj)) for obj in objects]
+    try:
+        yield
+    except BaseException:
+        trainer.policy.load_state_dict(policy)
+        for hook, hook_state in zip(trainer.hooks, hooks, strict=True):
+            hook.load_state_dict(hook_state)
+        for obj, saved in zip(objects, attrs, strict=True):
+            vars(obj).clear()
+            vars(obj).update(saved)
+        raise
+
+
+def load_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> None:
+    """Restore what :func:`trainer_state` returned, except the logger (see
+    :func:`load_logger_state`), into an identically built trainer; check it first with
+    :func:`check_trainer_state` and wrap it in :func:`restore_on_error`."""
     trainer.policy.load_state_dict(state["policy"])
     for hook, entry in zip(trainer.hooks, state["hooks"], strict=True):
         hook.load_state_dict(entry["state"])
-    for name, value in state["counters"].items():
-        setattr(trainer, name, value)
-    if trainer.stop_reason == "max_epoch" and trainer.epoch < trainer.max_epoch:
+    counters = state["counters"]
+    trainer.state = RunState(**{f.name: counters[f.name] for f in dataclasses.fields(RunState)})
+    for name in FLAGS:
+        setattr(trainer, name, counters[name])
+    if trainer.stop_reason == "max_epoch" and trainer.state.epoch < trainer.params.max_epoch:
         # resumed with a larger max_epoch: the run goes on
         trainer._finished, trainer.stop_reason = False, None
     trainer._rng_state = state["rng"]
     trainer._mov_avg = defaultdict(MovAvg)
     for key, avg_state in state["mov_avg"].items():
         trainer._mov_avg[key].load_state_dict(avg_state)
+    if trainer.test_collector is not None and state["test_collector"] is not None:
+        trainer.test_collector.load_state_dict(state["test_collector"])
+
+
+def load_logger_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> None:
+    """Restore the logger's position; last, because file loggers rewrite their files."""
     try:
         trainer.logger.load_state_dict(state["logger"])
     except (ValueError, KeyError, TypeError) as exc:
@@ -122,5 +224,3 @@ def load_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> N
             "from the checkpointed run's",
             stacklevel=3,
         )
-    if trainer.test_collector is not None and state["test_collector"] is not None:
-        trainer.test_collector.load_state_dict(state["test_collector"])

@@ -1,0 +1,391 @@
+"""RunSpec: everything needed to rebuild a run, as typed data that round-trips TOML and JSON.
+
+A spec names the algorithm and env, holds the algorithm's config (``PPOConfig``...), the
+trainer params (``OnpolicyParams``...), the env counts, buffer, logging, stopping rule and
+device. The CLI prints and reads it, a checkpoint stores it, a sweep enumerates it, a Ray
+worker receives it; :func:`epochtrain.make_trainer` builds it::
+
+    spec = RunSpec.tuned("ppo", "CartPole-v1", seed=3).with_overrides({"lr": 3e-4})
+    spec.to_file("run.toml")
+    assert RunSpec.from_file("run.toml") == spec
+
+Setting names: a dotted path (``config.lr``, ``trainer.batch_size``, ``buffer.buffer_size``)
+or a bare field name found in exactly one place (``lr``, ``batch_size``, ``seed``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from epochtrain.config import Config, close_matches, param
+from epochtrain.presets import preset_for
+from epochtrain.registry import ALGORITHMS, Algorithm
+from epochtrain.trainer.params import TrainerParams
+
+__all__ = ["BufferSpec", "LogSpec", "RunSpec", "algorithm", "check_env_id", "parse_value"]
+
+_SECTIONS = ("config", "trainer", "buffer", "logging")
+LoggerName = Literal["tensorboard", "jsonl", "csv"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BufferSpec(Config):
+    """The training buffer (online algorithms)."""
+
+    buffer_size: int | None = param(None, ge=1)
+    """Capacity in transitions (None: the algorithm's default; on-policy: one rollout)."""
+    prioritized_replay: bool = False
+    """Off-policy only: prioritized replay (Schaul et al. 2016, proportional)."""
+    priority_alpha: float = param(0.6, ge=0)
+    """Prioritized replay: how much priorities count (0: uniform)."""
+    priority_beta: float = param(0.4, ge=0, le=1)
+    """Prioritized replay: initial importance-sampling exponent, annealed to 1 over the run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogSpec(Config):
+    """Where the run's curves go."""
+
+    logdir: str | None = None
+    """Directory of the run's logs (None: log nothing)."""
+    loggers: tuple[LoggerName, ...] = ("tensorboard",)
+    """Loggers writing into logdir: tensorboard, jsonl (log.jsonl), csv (log.csv)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec(Config):
+    """A whole run as data; build it with :meth:`tuned` or :meth:`default`."""
+
+    algo: str
+    """Registered algorithm name (epochtrain.registry.ALGORITHMS)."""
+    env_id: str
+    """Gymnasium env id."""
+    config: Config
+    """The algorithm's config (PPOConfig for 'ppo', ...)."""
+    trainer: TrainerParams
+    """The trainer params (OnpolicyParams, OffpolicyParams or OfflineParams by the algo)."""
+    num_envs: int = param(1, ge=0)
+    """Training envs (0 for offline algorithms)."""
+    num_test_envs: int = param(10, ge=1)
+    """Test envs."""
+    buffer: BufferSpec = BufferSpec()
+    """The training buffer."""
+    logging: LogSpec = LogSpec()
+    """Where the curves go."""
+    stop_at: float | None = None
+    """Stop once the best mean test return reaches this (None: run all epochs)."""
+    dataset: str | None = None
+    """Offline algorithms: the dataset file (written by `epochtrain collect`)."""
+    device: str = "cpu"
+    """Torch device of the networks ('cpu', 'cuda:0', ...)."""
+
+    def check(self) -> None:
+        """The algo, env and the kinds of the nested settings must agree."""
+        entry = algorithm(self.algo)
+        check_env_id(self.env_id)
+        if type(self.config) is not entry.config_cls:
+            raise TypeError(
+                f"RunSpec.config must be a {entry.config_cls.__name__} for algo "
+                f"{self.algo!r}, got {type(self.config).__name__}"
+            )
+        if type(self.trainer) is not entry.params_cls:
+            raise TypeError(
+                f"RunSpec.trainer must be {entry.params_cls.__name__} for algo {self.algo!r} "
+                f"(a {entry.kind} algorithm), got {type(self.trainer).__name__}"
+            )
+        if entry.kind != "offline" and self.num_envs < 1:
+            raise ValueError(f"RunSpec.num_envs must be >= 1 for algo {self.algo!r}, got 0")
+        if self.buffer.prioritized_replay and entry.kind != "offpolicy":
+            raise ValueError(
+                f"buffer.prioritized_replay=True needs an off-policy algorithm (one that "
+                f"samples minibatches from a replay buffer, such as 'dqn'), got algo={self.algo!r}"
+            )
+        if self.stop_at is not None and not math.isfinite(self.stop_at):
+            raise ValueError(f"RunSpec.stop_at must be a finite number or None, got {self.stop_at}")
+
+    # ---------------------------------------------------------------- building
+    @classmethod
+    def default(cls, algo: str, env_id: str, *, seed: int = 0) -> RunSpec:
+        """The algorithm's general setting on ``env_id`` (no env-tuned preset); it stops at
+        the env's ``reward_threshold`` when the spec has one."""
+        entry = algorithm(algo)
+        check_env_id(env_id)
+        threshold = gym.spec(env_id).reward_threshold
+        return cls(
+            algo=algo,
+            env_id=env_id,
+            config=entry.config_cls(),
+            trainer=entry.params_cls(**{**entry.trainer, "seed": seed}),
+            num_envs=entry.num_envs,
+            buffer=BufferSpec(buffer_size=entry.buffer_size),
+            stop_at=None if threshold is None else float(threshold),
+        )
+
+    @classmethod
+    def tuned(cls, algo: str, env_id: str, *, seed: int = 0) -> RunSpec:
+        """:meth:`default` with the tuned preset of ``(algo, env_id)`` applied, if any
+        (:mod:`epochtrain.presets`)."""
+        spec = cls.default(algo, env_id, seed=seed)
+        preset = preset_for(algo, env_id)
+        return spec if preset is None else spec.with_overrides(preset.settings)
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (``trainer.seed``)."""
+        return self.trainer.seed
+
+    @property
+    def run_id(self) -> str:
+        """A readable id, ``<algo>-<env_id>-s<seed>``."""
+        return f"{self.algo}-{self.env_id}-s{self.seed}"
+
+    @property
+    def entry(self) -> Algorithm:
+        """The registry entry of :attr:`algo`."""
+        return ALGORITHMS[self.algo]
+
+    # --------------------------------------------------------------- overrides
+    def resolve_name(self, name: str) -> tuple[str | None, str]:
+        """``(section, field)`` of a setting name; section None for a top-level field.
+
+        Raises ``ValueError`` for an unknown or ambiguous name, listing close matches.
+        """
+        top = {f.name for f in dataclasses.fields(self)} - set(_SECTIONS)
+        sections = {s: {f.name for f in dataclasses.fields(getattr(self, s))} for s in _SECTIONS}
+        if "." in name:
+            section, _, field = name.partition(".")
+            if section not in sections:
+                raise ValueError(
+                    f"unknown setting {name!r}: a dotted name starts with one of "
+                    f"{', '.join(_SECTIONS)}{close_matches(section, _SECTIONS)}"
+                )
+            if field not in sections[section]:
+                raise ValueError(
+                    f"unknown setting {name!r} for algo {self.algo!r}"
+                    f"{close_matches(field, sections[section])}; {section} fields: "
+                    f"{', '.join(sorted(sections[section]))}"
+                )
+            return section, field
+        if name in top:
+            return None, name
+        found = [s for s in _SECTIONS if name in sections[s]]
+        if len(found) == 1:
+            return found[0], name
+        if len(found) > 1:
+            raise ValueError(
+                f"setting {name!r} is ambiguous: say " + " or ".join(f"'{s}.{name}'" for s in found)
+            )
+        every = top | {n for names in sections.values() for n in names}
+        raise ValueError(
+            f"unknown setting {name!r} for algo {self.algo!r}{close_matches(name, every)}; "
+            "see `epochtrain config --algo ALGO --env ENV` for every setting"
+        )
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> RunSpec:
+        """A copy with each named setting replaced (names as :meth:`resolve_name` takes them).
+
+        ``algo`` and ``env_id`` cannot be overridden: build a new spec for another run.
+        """
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+        for name, value in overrides.items():
+            section, field = self.resolve_name(name)
+            if section is None:
+                if field in ("algo", "env_id"):
+                    raise ValueError(
+                        f"{field} cannot be overridden: use RunSpec.tuned(algo, env_id)"
+                    )
+                top[field] = value
+            else:
+                nested[section][field] = value
+        if "step_per_collect" not in nested["trainer"] and nested["trainer"].get(
+            "episode_per_collect"
+        ):
+            nested["trainer"]["step_per_collect"] = None  # collect by episodes instead
+        for section, changes in nested.items():
+            if changes:
+                top[section] = _replace(getattr(self, section), changes)
+        return dataclasses.replace(self, **top)
+
+    # ------------------------------------------------------------- plain data
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
+        """Build from :meth:`to_dict`'s output (missing settings take their defaults)."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"RunSpec.from_dict needs a mapping, got {type(data).__name__}")
+        for key in ("algo", "env_id"):
+            if key not in data:
+                raise ValueError(
+                    f"a run spec needs {key!r} (e.g. algo = 'ppo', env_id = 'CartPole-v1')"
+                )
+        entry = algorithm(str(data["algo"]))
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise TypeError(
+                    f"RunSpec has no field {key!r}{close_matches(key, names)}; fields: "
+                    f"{', '.join(sorted(names))}"
+                )
+        sections: dict[str, type[Config]] = {
+            "config": entry.config_cls,
+            "trainer": entry.params_cls,
+            "buffer": BufferSpec,
+            "logging": LogSpec,
+        }
+        values = dict(data)
+        for section, section_cls in sections.items():
+            raw = values.get(section, {})
+            if isinstance(raw, Config):
+                continue
+            if not isinstance(raw, Mapping):
+                raise TypeError(f"RunSpec.{section} must be a table of settings, got {raw!r}")
+            values[section] = section_cls.from_dict(_nones(section_cls, raw))
+        return cls(**_nones(cls, values))
+
+    def to_json(self) -> str:
+        """The spec as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def to_toml(self) -> str:
+        """The spec as TOML. TOML has no null: a ``None`` that is the field's default is left
+        out (reading fills defaults back in), any other ``None`` is written ``"none"``."""
+
+        def lines_of(obj: Config, skip: tuple[str, ...] = ()) -> list[str]:
+            lines = []
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                if f.name in skip or (value is None and f.default is None):
+                    continue
+                if isinstance(value, tuple):
+                    value = list(value)
+                lines.append(f"{f.name} = {_toml_value(value)}")
+            return lines
+
+        lines = lines_of(self, skip=_SECTIONS)
+        for section in _SECTIONS:
+            lines += ["", f"[{section}]", *lines_of(getattr(self, section))]
+        return "\n".join(lines) + "\n"
+
+    def to_file(self, path: str | os.PathLike[str]) -> Path:
+        """Write the spec to ``path`` (``.toml`` or ``.json``) atomically; returns the path."""
+        target = Path(path)
+        text = _by_suffix(target, toml=self.to_toml, json=self.to_json)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        try:
+            with tmp.open("w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> RunSpec:
+        """Read a spec written by :meth:`to_file` (or by hand) from ``.toml`` or ``.json``."""
+        source = Path(path)
+        if not source.is_file():
+            raise FileNotFoundError(f"spec file {os.fspath(source)!r} does not exist")
+        text = source.read_text()
+
+        def read_toml() -> Mapping[str, Any]:
+            try:
+                return tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise ValueError(f"{source} is not valid TOML: {exc}") from exc
+
+        def read_json() -> Mapping[str, Any]:
+            try:
+                data: Mapping[str, Any] = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{source} is not valid JSON: {exc}") from exc
+            return data
+
+        data = _by_suffix(source, toml=read_toml, json=read_json)
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{source}: {exc}") from exc
+
+
+def algorithm(name: str) -> Algorithm:
+    """The registry entry of ``name``; ``ValueError`` naming the registered ones."""
+    if name not in ALGORITHMS:
+        raise ValueError(
+            f"algo must be one of {sorted(ALGORITHMS)}, got {name!r}"
+            f"{close_matches(name, ALGORITHMS)}"
+        )
+    return ALGORITHMS[name]
+
+
+def check_env_id(env_id: str) -> None:
+    """``ValueError`` unless ``env_id`` is a registered gymnasium env."""
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ValueError(
+            f"env_id {env_id!r} is not a registered gymnasium env ({exc}); use an id such as "
+            "'CartPole-v1'"
+        ) from exc
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: a TOML literal (``3e-4``, ``true``, ``[64, 64]``, ``"x"``),
+    ``none``/``None`` for None, else the text as a string."""
+    if text in ("none", "None", "null"):
+        return None
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except Exception:  # not a TOML literal: a bare string such as a path or a name
+        return text
+
+
+def _replace(section: Config, changes: Mapping[str, Any]) -> Config:
+    try:
+        return section.replace(**changes)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(str(exc)) from None
+
+
+def _nones(cls: type[Config], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML has no null: the string ``"none"`` stands for None in a field that allows it."""
+    allows_none = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if "None" in str(f.type) and "str" not in str(f.type)
+    }
+    return {k: None if k in allows_none and v == "none" else v for k, v in raw.items()}
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return '"none"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def _by_suffix(path: Path, *, toml: Any, json: Any) -> Any:
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        return toml()
+    if suffix == ".json":
+        return json()
+    raise ValueError(f"spec file {os.fspath(path)!r} must end in .toml or .json")
