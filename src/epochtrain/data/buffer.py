@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,10 @@ import torch
 from torch import Tensor
 
 from epochtrain.data.batch import EXTRA_FIELDS, Batch, Obs
+from epochtrain.data.io import safe_torch_load, write_durably
+from epochtrain.errors import CheckpointError
 
-__all__ = ["BUFFER_FORMAT_VERSION", "ReplayBuffer"]
+__all__ = ["BUFFER_FORMAT_VERSION", "BufferMark", "ReplayBuffer"]
 
 BUFFER_FORMAT_VERSION = 1
 """Version of the on-disk format written by :meth:`ReplayBuffer.save`."""
@@ -96,6 +98,8 @@ class ReplayBuffer:
         self._cursor = 0  # next time row to write
         self._size = 0  # filled time rows
         self._n_invalid = 0
+        self._rows_written = 0  # since construction: lets rewind() tell what was overwritten
+        self._clears = 0
         self._storage: dict[str, Any] | None = None
         self._views: dict[str, Any] = {}
         self._flat_obs = True  # obs are one array (not a dict): written without recursion
@@ -145,6 +149,7 @@ class ReplayBuffer:
             for k, value in extras.items():
                 v[k][t] = value
         self._cursor = t + 1 if t + 1 < self.rows else 0
+        self._rows_written += 1
         if self._size < self.rows:
             self._size += 1
 
@@ -180,6 +185,7 @@ class ReplayBuffer:
 
     def clear(self) -> None:
         """Forget every transition (storage stays allocated)."""
+        self._clears += 1
         self._cursor = 0
         self._size = 0
         self._n_invalid = 0
@@ -305,10 +311,15 @@ class ReplayBuffer:
 
     # --------------------------------------------------------------- persisting
     def state_dict(self) -> dict[str, Any]:
-        """A copy of the storage, the cursor and the fill level, for checkpoints and files."""
+        """A copy of the filled rows, the cursor and the fill level, for checkpoints and files.
+
+        Only the ``size`` filled time rows are copied, so a checkpoint's size follows the
+        fill level, not the capacity (a ring that has wrapped is full: every row is data).
+        """
         storage = None
         if self._storage is not None:
-            storage = {k: _obs_index(v, lambda t: t.clone()) for k, v in self._storage.items()}
+            size = self._size
+            storage = {k: _obs_index(v, lambda t: t[:size].clone()) for k, v in self._storage.items()}
         return {
             "format_version": BUFFER_FORMAT_VERSION,
             "capacity": self.capacity,
@@ -322,26 +333,65 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (capacity and num_envs must match).
 
-        The storage is copied, so ``state`` can be loaded again or into several buffers.
+        Checked first (:meth:`check_state_dict`): on error the buffer is unchanged. The
+        storage is copied, so ``state`` can be loaded again or into several buffers.
         """
+        self.check_state_dict(state)
         self._load_state(state, copy=True)
 
-    def _load_state(self, state: dict[str, Any], *, copy: bool) -> None:
+    def check_state_dict(self, state: Any) -> None:
+        """Raise ``ValueError`` naming the entry unless :meth:`load_state_dict` can restore
+        ``state`` into this buffer (capacity, num_envs, counters, field shapes); changes
+        nothing."""
+        if not isinstance(state, dict):
+            raise ValueError(f"the buffer state is a {type(state).__name__}, not a dict")
+        missing = [k for k in ("capacity", "num_envs", "cursor", "size", "storage") if k not in state]
+        if missing:
+            raise ValueError(f"the buffer state lacks the entries {missing}")
         if state["capacity"] != self.capacity or state["num_envs"] != self.num_envs:
             raise ValueError(
                 f"buffer state has capacity={state['capacity']}, num_envs={state['num_envs']}; "
-                f"this buffer has capacity={self.capacity}, num_envs={self.num_envs}"
+                f"this buffer has capacity={self.capacity}, num_envs={self.num_envs}: build "
+                "the buffer as the saved one was"
             )
+        for key in ("cursor", "size"):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.rows:
+                raise ValueError(f"buffer state {key}={value!r} is not in [0, {self.rows}]")
+        storage = state["storage"]
+        if storage is None:
+            return
+        if not isinstance(storage, dict) or not set(_FIXED) <= set(storage):
+            raise ValueError(f"the buffer state's storage lacks fields of {list(_FIXED)}")
+        size = state["size"]
+        bad = [
+            k
+            for k, v in storage.items()
+            if _first_shape(v)[1:] != (self.num_envs,) or _first_shape(v)[0] not in (size, self.rows)
+        ]
+        if bad:
+            raise ValueError(
+                f"buffer state fields {sorted(bad)} are not shaped ({size} or {self.rows}, "
+                f"{self.num_envs}, ...)"
+            )
+        if self._storage is not None and set(storage) != set(self._storage):
+            raise ValueError(
+                f"the buffer state holds the fields {sorted(storage)}, this buffer "
+                f"{sorted(self._storage)}: it was filled by another algorithm"
+            )
+
+    def _load_state(self, state: dict[str, Any], *, copy: bool) -> None:
         storage = state["storage"]
         if storage is not None:
-            shape = (self.rows, self.num_envs)
-            bad = [k for k, v in storage.items() if _first_shape(v) != shape]
-            if bad:
-                raise ValueError(f"buffer state fields {sorted(bad)} are not shaped {shape}")
+            rows = self.rows
 
             def own(t: Tensor) -> Tensor:
                 t = t.detach().to("cpu")
-                return t.clone() if copy else t.contiguous()
+                if t.shape[0] == rows:  # a full ring, or a file of the capacity-sized format
+                    return t.clone() if copy else t.contiguous()
+                full = torch.zeros((rows, *t.shape[1:]), dtype=t.dtype)
+                full[: t.shape[0]] = t
+                return full
 
             storage = {k: _obs_index(v, own) for k, v in storage.items()}
         self._cursor = int(state["cursor"])
@@ -356,14 +406,56 @@ class ReplayBuffer:
             self._row_invalid[: self._size] = invalid.tolist()
         self._n_invalid = sum(self._row_invalid)
 
+    def mark(self) -> BufferMark:
+        """The write position now, for :meth:`rewind` (O(1) but for the per-row counts)."""
+        return BufferMark(
+            self._cursor, self._size, self._rows_written, self._clears, list(self._row_invalid)
+        )
+
+    def rewind(self, mark: BufferMark) -> None:
+        """Forget the rows written since ``mark``.
+
+        Exact while the ring had room; rows of older data that were overwritten since are
+        marked invalid (never sampled), since their old content is gone.
+        """
+        written = self._rows_written - mark.rows_written
+        rewound = [(mark.cursor + i) % self.rows for i in range(min(written, self.rows))]
+        if mark.clears != self._clears:  # cleared since: any old row may have been rewritten
+            rewound = list(range(min(written, self.rows)))
+            overwritten = list(range(mark.size))
+        else:
+            overwritten = [row for row in rewound if row < mark.size]
+        self._cursor, self._size, self._rows_written = mark.cursor, mark.size, mark.rows_written
+        self._clears = mark.clears
+        self._row_invalid = list(mark.row_invalid)
+        if overwritten and self._storage is not None:
+            self._storage["valid"][overwritten] = False
+            for row in overwritten:
+                self._row_invalid[row] = self.num_envs
+        self._n_invalid = sum(self._row_invalid[: self._size])
+        self._forget_rows(sorted(set(rewound) | set(overwritten)))
+
+    def _forget_rows(self, rows: list[int]) -> None:
+        """Subclasses drop what they keep about ``rows`` (e.g. sampling priorities)."""
+
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the buffer to ``path`` atomically (temporary file, then rename)."""
+        """Write the buffer to ``path`` atomically (temporary file, fsync, then rename).
+
+        A failed write (full disk) raises ``CheckpointError`` naming the file; an existing
+        file at ``path`` is then untouched.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        os.close(fd)
+        state = self.state_dict()
+        write_durably(
+            Path(tmp),
+            lambda f: torch.save(state, f),
+            what="buffer file",
+            fix=f"free disk space and save again; {os.fspath(path)!r} is untouched",
+        )
         try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(self.state_dict(), f)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -373,21 +465,34 @@ class ReplayBuffer:
     def load(
         cls, path: str | os.PathLike[str], *, device: str | torch.device = "cpu"
     ) -> ReplayBuffer:
-        """Read a buffer written by :meth:`save`; a bad file raises naming the path."""
+        """Read a buffer written by :meth:`save` (``weights_only``: no code runs).
+
+        Raises ``FileNotFoundError`` or ``CheckpointError`` naming the path.
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"buffer file {str(path)!r} does not exist")
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:
-            raise ValueError(
-                f"buffer file {str(path)!r} is corrupt or not a buffer: {exc}"
-            ) from exc
+        state = safe_torch_load(path, "buffer file")
         if not isinstance(state, dict) or state.get("format_version") != BUFFER_FORMAT_VERSION:
-            raise ValueError(
+            raise CheckpointError(
                 f"buffer file {str(path)!r} is not an epochtrain buffer of format "
                 f"version {BUFFER_FORMAT_VERSION}"
             )
-        buf = cls(state["capacity"], state["num_envs"], device=device)
+        try:
+            buf = cls(state["capacity"], state["num_envs"], device=device)
+            buf.check_state_dict(state)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"buffer file {str(path)!r} is malformed: {exc}") from exc
         buf._load_state(state, copy=False)  # the loaded tensors are ours alone
         return buf
+
+
+@dataclass(frozen=True)
+class BufferMark:
+    """A buffer's write position, from :meth:`ReplayBuffer.mark`."""
+
+    cursor: int
+    size: int
+    rows_written: int
+    clears: int
+    row_invalid: list[int]

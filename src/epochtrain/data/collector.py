@@ -12,6 +12,11 @@ Both autoreset modes of ``gymnasium.vector`` are handled, read from
 
 Per-step Python work is O(1) in the number of envs except at episode ends.
 
+Faults: every step's observations and rewards are checked for NaN and inf with one
+vectorised reduction each (a ``NonFiniteError`` names the sub-env); an exception in the
+env's ``step()`` or ``reset()`` closes the env (no worker process is left behind) and is
+re-raised as an ``EnvError`` naming the sub-env and the env id.
+
 An optional ``obs_transform(obs, update)`` (set by ``ObservationNormalizer``) maps every
 observation the env returns before the policy or the buffer sees it; ``update`` is True
 for new observations and False for the final observations of finished episodes.
@@ -23,10 +28,12 @@ an ``AsyncVectorEnv`` does not, and resuming restarts its episodes with a seeded
 
 from __future__ import annotations
 
+import math
 import pickle
 import time
+import types
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +42,8 @@ from gymnasium.vector import AutoresetMode
 
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.io import safe_unpickle
+from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats
 
 __all__ = ["Actor", "Collector", "ObsTransform"]
@@ -133,7 +142,11 @@ class Collector:
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (seeded with ``seed + i`` when ``seed`` is given)."""
-        obs, _ = self.env.reset(seed=seed)
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except Exception as exc:
+            self._env_failed(exc, "reset", 0)
+        _check_finite(self.env, obs, None, 0)
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, True)
         self._obs = _copy(obs) if self._copy_obs else obs
@@ -190,6 +203,7 @@ class Collector:
         rows = 0
         no_extras: dict[str, np.ndarray] = {}
         extras = no_extras
+        float_obs = isinstance(obs, np.ndarray) and obs.dtype.kind == "f"
         with torch.inference_mode():
             while True:
                 if random:
@@ -200,7 +214,15 @@ class Collector:
                     extras = (
                         {k: v.cpu().numpy() for k, v in extras_t.items()} if extras_t else no_extras
                     )
-                obs_next, rew, terminated, truncated, info = env.step(act)
+                try:
+                    obs_next, rew, terminated, truncated, info = env.step(act)
+                except Exception as exc:
+                    self._env_failed(exc, "step", steps)
+                # one reduction per array; a NaN or inf anywhere makes the sum non-finite
+                if (float_obs and not math.isfinite(obs_next.sum())) or not math.isfinite(
+                    rew.sum()
+                ):
+                    _check_finite(env, obs_next, rew, steps)
                 rows += 1
                 if transform is not None:
                     obs_next = transform(obs_next, True)
@@ -253,6 +275,46 @@ class Collector:
         ep_return[done] = 0.0
         ep_len[done] = 0
         return remaining is not None and not remaining.any()
+
+    def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
+        """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env."""
+        sub_env = _failed_sub_env(self.env, exc)
+        env_id = _env_id(self.env, sub_env)
+        try:
+            self.env.close()
+        except Exception:  # a broken env may fail to close cleanly: force its workers out
+            _terminate_workers(self.env)
+        self._obs = None  # the envs are gone: a later collect needs new ones
+        which = "a sub-env" if sub_env is None else f"sub-env {sub_env}"
+        raise EnvError(
+            f"{which} of {env_id!r} raised {type(exc).__name__}: {exc} in {call}() after "
+            f"{steps} env steps of this collect step",
+            sub_env=sub_env,
+            env_id=env_id,
+            env_step=steps,
+        ) from exc
+
+    def check_state_dict(self, state: Any) -> None:
+        """Raise ``ValueError`` unless :meth:`load_state_dict` can restore ``state`` here."""
+        if not isinstance(state, dict):
+            raise ValueError(f"the collector state is a {type(state).__name__}, not a dict")
+        missing = [k for k in ("obs", "ep_return", "ep_len", "resetting") if k not in state]
+        if missing:
+            raise ValueError(f"the collector state lacks the entries {missing}")
+        for key in ("ep_return", "ep_len", "resetting"):
+            if np.shape(state[key]) != (self.num_envs,):
+                raise ValueError(
+                    f"the collector state's {key} is shaped {np.shape(state[key])}, this "
+                    f"collector has {self.num_envs} envs: build the envs as the saved run did"
+                )
+        snapshot = state.get("env")
+        if snapshot is not None:
+            saved = _unpickle_env(self.env, snapshot)
+            if not isinstance(saved, list) or len(saved) != len(_env_levels(self.env)):
+                raise ValueError(
+                    "the saved env has another number of vector wrapper levels than this "
+                    "env: build the envs as the checkpointed run did"
+                )
 
     def state_dict(self, *, include_env: bool = False) -> dict[str, Any]:
         """The in-flight episodes: current observations, partial returns and lengths.
@@ -328,7 +390,7 @@ def env_snapshot(env: gym.vector.VectorEnv[Any, Any, Any]) -> bytes | None:
 def restore_env(env: gym.vector.VectorEnv[Any, Any, Any], snapshot: bytes) -> None:
     """Put the state of :func:`env_snapshot` back into ``env`` (built the same way)."""
     levels = _env_levels(env)
-    saved: list[dict[str, Any]] = pickle.loads(snapshot)
+    saved: list[dict[str, Any]] = _unpickle_env(env, snapshot)
     if len(saved) != len(levels):
         raise ValueError(
             f"the saved env has {len(saved)} vector wrapper levels, this env has {len(levels)}: "
@@ -338,3 +400,95 @@ def restore_env(env: gym.vector.VectorEnv[Any, Any, Any], snapshot: bytes) -> No
         for sub_env in getattr(level, "envs", None) or []:
             sub_env.close()  # replaced by the saved sub-envs below
         vars(level).update(attrs)
+
+
+def _unpickle_env(env: gym.vector.VectorEnv[Any, Any, Any], snapshot: bytes) -> Any:
+    """An env snapshot, unpickled resolving only classes the live ``env`` is built from
+    (and gymnasium's, numpy's, epochtrain's): a crafted snapshot cannot run code."""
+    modules = set()
+    for level in _env_levels(env):
+        modules.add(type(level).__module__)
+        for sub_env in getattr(level, "envs", None) or []:
+            while True:
+                modules.add(type(sub_env).__module__)
+                if not hasattr(sub_env, "env"):
+                    break
+                sub_env = sub_env.env
+    return safe_unpickle(snapshot, allowed_modules=modules, what="the checkpoint's env snapshot")
+
+
+def _check_finite(env: Any, obs: Any, rew: np.ndarray | None, steps: int) -> None:
+    """Raise ``NonFiniteError`` naming the first sub-env whose obs or reward is NaN or inf
+    (run only when the cheap per-step reduction was not finite)."""
+    leaves = [obs] if not isinstance(obs, dict) else _float_leaves(obs)
+    n = len(rew) if rew is not None else len(leaves[0])
+    bad_obs = np.zeros(n, dtype=bool)
+    for leaf in leaves:
+        if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
+            bad_obs |= ~np.isfinite(leaf.reshape(n, -1)).all(axis=1)
+    bad_rew = np.zeros(n, dtype=bool) if rew is None else ~np.isfinite(rew)
+    bad = np.flatnonzero(bad_obs | bad_rew)
+    if len(bad) == 0:
+        return  # the sum overflowed on large finite values
+    i = int(bad[0])
+    what = "observation" if bad_obs[i] else "reward"
+    if bad_obs[i]:
+        value = obs if isinstance(obs, dict) else obs[i]
+    else:
+        value = rew[i] if rew is not None else None
+    env_id = _env_id(env, i)
+    raise NonFiniteError(
+        f"the {what} of sub-env {i} of {env_id!r} is not finite ({what} {value!r}) after "
+        f"{steps} env steps of this collect step; check the env (or wrap it, e.g. "
+        "gymnasium.wrappers.ClipReward / a NaN guard)",
+        where=f"{what} of sub-env {i} of {env_id!r}",
+        env_step=steps,
+    )
+
+
+def _float_leaves(obs: dict[str, Any]) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    for value in obs.values():
+        out += _float_leaves(value) if isinstance(value, dict) else [value]
+    return out
+
+
+def _env_id(env: Any, sub_env: int | None) -> str:
+    """The gymnasium id of ``env`` (of its sub-env ``sub_env`` if the vector env has none)."""
+    for level in _env_levels(env):
+        spec = getattr(level, "spec", None)
+        if getattr(spec, "id", None):
+            return str(spec.id)
+        subs = getattr(level, "envs", None)
+        if subs and sub_env is not None and 0 <= sub_env < len(subs):
+            spec = getattr(subs[sub_env], "spec", None)
+            if getattr(spec, "id", None):
+                return str(spec.id)
+            return type(subs[sub_env].unwrapped).__name__
+    return type(env.unwrapped).__name__
+
+
+def _failed_sub_env(env: Any, exc: BaseException) -> int | None:
+    """Which sub-env raised ``exc``: the loop index of ``SyncVectorEnv``'s frame, or the
+    worker whose pipe ``AsyncVectorEnv`` shut down."""
+    base = env.unwrapped
+    if isinstance(base, gym.vector.SyncVectorEnv):
+        tb: types.TracebackType | None = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_locals.get("self") is base and isinstance(frame.f_locals.get("i"), int):
+                return int(frame.f_locals["i"])
+            tb = tb.tb_next
+    pipes = getattr(base, "parent_pipes", None)
+    if pipes is not None:
+        failed = [i for i, pipe in enumerate(pipes) if pipe is None]
+        if failed:
+            return failed[0]
+    return None
+
+
+def _terminate_workers(env: Any) -> None:
+    for process in getattr(env.unwrapped, "processes", None) or []:
+        if process.is_alive():
+            process.terminate()
+        process.join(timeout=5)

@@ -250,9 +250,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             "eps": self.eps,
             "max_priority": self.max_priority,
             "n_added": self.n_added,
-            "leaves": torch.from_numpy(self.tree.leaves.copy()),
+            # the filled rows' priorities only: the file follows the fill level
+            "leaves": torch.from_numpy(self.tree.leaves[: self._size * self.num_envs].copy()),
         }
         return state
+
+    def _forget_rows(self, rows: list[int]) -> None:
+        """Rewound rows are never sampled again: their priorities become 0."""
+        self._flush()
+        if rows:
+            index = (np.asarray(rows)[:, None] * self.num_envs + np.arange(self.num_envs)).ravel()
+            self.tree.update(index, np.zeros(len(index)))
 
     def _load_state(self, state: dict[str, Any], *, copy: bool) -> None:
         super()._load_state(state, copy=copy)
@@ -271,4 +279,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.eps = float(prio["eps"])
         self.max_priority = float(prio["max_priority"])
         self.n_added = int(prio["n_added"])
-        self.tree.set_all(prio["leaves"].numpy())
+        leaves = np.zeros(self.rows * self.num_envs)
+        saved = prio["leaves"].numpy()
+        leaves[: len(saved)] = saved
+        self.tree.set_all(leaves)

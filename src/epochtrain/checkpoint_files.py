@@ -1,0 +1,275 @@
+"""The files around checkpoints: the one-writer lock, and leftovers of interrupted saves.
+
+Names in a checkpoint's parent directory (``<name>`` is the checkpoint's, ``<pid>`` the
+writing process's)::
+
+    <name>/                  a complete checkpoint (it holds manifest.json)
+    .tmp-<name>-<pid>/       a checkpoint being written; complete once its manifest is there
+    .old-<name>-<pid>/       the checkpoint being replaced, moved aside during the swap
+    .trash-<name>-<pid>/     a rotated-out checkpoint, moved out of ``epoch_*`` then deleted
+    .lock                    JSON {pid, host, token, created}: the directory's writer
+
+A process killed at any moment leaves at most these leftovers; :func:`recover` puts a
+complete checkpoint back in place when a swap was cut between its two renames, and
+:func:`clean_leftovers` removes the rest (of dead writers only, or all of them when the
+caller holds the lock). Neither ever removes the only complete copy of a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import json
+import os
+import shutil
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from epochtrain.errors import CheckpointError
+
+__all__ = [
+    "LOCK_FILE",
+    "CheckpointLock",
+    "clean_leftovers",
+    "deferred_signals",
+    "is_complete",
+    "leftover_name",
+    "recover",
+    "remove_dir",
+]
+
+LOCK_FILE = ".lock"
+"""Name of the writer lock in a ``checkpoint_dir``."""
+
+MANIFEST = "manifest.json"
+TMP, OLD, TRASH = ".tmp-", ".old-", ".trash-"
+LEFTOVER_PREFIXES = (TMP, OLD, TRASH)
+
+
+def leftover_name(prefix: str, name: str) -> str:
+    """``<prefix><name>-<pid>`` for this process."""
+    return f"{prefix}{name}-{os.getpid()}"
+
+
+def _split(entry: str) -> tuple[str, str, int] | None:
+    """``(prefix, checkpoint name, pid)`` of a leftover's name, or ``None``."""
+    for prefix in LEFTOVER_PREFIXES:
+        if entry.startswith(prefix):
+            name, _, pid = entry[len(prefix) :].rpartition("-")
+            if name and pid.isdigit():
+                return prefix, name, int(pid)
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_complete(path: Path) -> bool:
+    """True if ``path`` holds a manifest whose listed files all exist with their sizes.
+
+    Cheap (stat calls, no hashing): tells a finished checkpoint from a half-written or
+    half-deleted one. Loading still verifies every hash.
+    """
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        return bool(files) and all(
+            (path / name).stat().st_size == entry["bytes"] for name, entry in files.items()
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def remove_dir(path: Path) -> None:
+    """Delete ``path`` after moving it out of its namespace (``.trash-*``), so a kill
+    half-way leaves a leftover that is recognised, never a torn ``epoch_*`` directory."""
+    if not path.exists():
+        return
+    trash = path.parent / leftover_name(TRASH, path.name)
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def recover(path: Path) -> Path | None:
+    """Put a complete checkpoint back at ``path`` if a swap was cut between its renames.
+
+    When ``path`` is missing, the newest complete ``.tmp-<name>-*`` of a dead writer (the
+    new checkpoint) or else a complete ``.old-<name>-*`` (the one it replaced) is renamed
+    to ``path``. Returns the directory moved into place, if any.
+    """
+    if path.exists() or not path.parent.is_dir():
+        return None
+    found: dict[str, list[Path]] = {TMP: [], OLD: []}
+    for entry in path.parent.iterdir():
+        parts = _split(entry.name)
+        if parts and parts[1] == path.name and parts[0] in found:
+            if not _pid_alive(parts[2]) and is_complete(entry):
+                found[parts[0]].append(entry)
+    for prefix in (TMP, OLD):
+        if found[prefix]:
+            best = max(found[prefix], key=lambda p: (p / MANIFEST).stat().st_mtime)
+            os.replace(best, path)
+            return best
+    return None
+
+
+def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False) -> list[Path]:
+    """Remove the leftovers in ``root`` (of checkpoint ``name`` only, if given).
+
+    Only those of dead writers, unless ``owned`` (the caller holds ``root``'s lock, so no
+    other process writes there): then every leftover, and with ``name=None`` also the
+    ``epoch_*`` directories that are not complete (a rotation killed by an older epochtrain).
+    Call :func:`recover` first. Returns what was removed.
+    """
+    if not root.is_dir():
+        return []
+    removed = []
+    for entry in root.iterdir():
+        parts = _split(entry.name)
+        if parts is not None:
+            prefix, of, pid = parts
+            removable = (
+                (name is None or of == name)
+                and pid != os.getpid()  # this process's own save is still running
+                and (owned or not _pid_alive(pid))
+            )
+        else:
+            removable = (
+                owned
+                and name is None
+                and entry.name.startswith("epoch_")
+                and entry.is_dir()
+                and not is_complete(entry)
+            )
+        if removable:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends (main thread, POSIX; else a no-op).
+
+    Wraps the two renames that swap a checkpoint, so Ctrl-C cannot land between them;
+    a signal sent meanwhile is delivered when the block exits.
+    """
+    held = {signal.SIGINT, signal.SIGTERM}
+    if os.name != "posix" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class CheckpointLock:
+    """The writer lock of a ``checkpoint_dir``: ``<dir>/.lock`` holding pid, host and a token.
+
+    :meth:`acquire` creates it atomically; a lock of a process that no longer runs on this
+    host is stale and taken over. Any other holder (another process, or another trainer
+    of this process) makes :meth:`acquire` raise :class:`CheckpointError` naming it.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.path = root / LOCK_FILE
+        self.token = uuid.uuid4().hex
+        self.held = False
+
+    def _record(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "token": self.token,
+            "created": datetime.datetime.now(datetime.UTC).isoformat(),
+        }
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            record = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}  # torn or foreign: treated as stale below
+        return record if isinstance(record, dict) else {}
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self._record(), f)
+        return True
+
+    def _stale(self, record: dict[str, Any]) -> bool:
+        pid, host = record.get("pid"), record.get("host")
+        if not isinstance(pid, int) or not isinstance(host, str):
+            return True
+        return host == socket.gethostname() and not _pid_alive(pid)
+
+    def acquire(self) -> None:
+        """Take the lock (idempotent); raise :class:`CheckpointError` if another writer has it."""
+        if self.held:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        for attempt in range(3):
+            if self._create():
+                self.held = True
+                return
+            record = self._read()
+            if record is None:
+                continue  # released meanwhile: try again
+            if self._stale(record):
+                stale = self.root / f"{LOCK_FILE}.stale-{os.getpid()}"
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(self.path, stale)
+                    stale.unlink()
+                continue
+            if record.get("pid") == os.getpid() and attempt == 0:
+                gc.collect()  # a dropped trainer of this process may still hold it
+                continue
+            raise CheckpointError(self._in_use(record))
+        record = self._read() or {}
+        raise CheckpointError(self._in_use(record))
+
+    def _in_use(self, record: dict[str, Any]) -> str:
+        pid, host, since = record.get("pid"), record.get("host"), record.get("created")
+        if pid == os.getpid() and host == socket.gethostname():
+            who = f"another trainer of this process (pid {pid})"
+        else:
+            who = f"process {pid} on host {host!r}"
+        return (
+            f"checkpoint_dir {os.fspath(self.root)!r} is in use by {who} since {since} (lock "
+            f"file {os.fspath(self.path)!r}): two runs writing one directory would interleave "
+            "their checkpoints. Give this run its own checkpoint_dir; if that writer has "
+            "ended without releasing the lock (its host crashed), delete the lock file"
+        )
+
+    def release(self) -> None:
+        """Remove the lock file if it is still ours."""
+        if not self.held:
+            return
+        self.held = False
+        record = self._read()
+        if record and record.get("token") == self.token:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()

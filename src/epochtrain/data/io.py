@@ -1,0 +1,160 @@
+"""Safe reading and durable writing of epochtrain's files (checkpoints, buffers, datasets).
+
+Reading never runs code from the file: :func:`safe_torch_load` uses
+``torch.load(weights_only=True)`` with only epochtrain's own stats types and numpy arrays
+allow-listed, and :func:`safe_unpickle` (the pickled env snapshots inside a checkpoint)
+resolves only classes from gymnasium, numpy, epochtrain and the modules the caller's live
+env is built from. A file that needs anything else is refused with a
+:class:`~epochtrain.errors.CheckpointError` saying so. Writing goes through
+:func:`write_durably`: a failure (a full disk, a size limit) becomes a ``CheckpointError``
+naming the file, and the partial file is removed.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import pickle
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+
+from epochtrain.errors import CheckpointError
+
+__all__ = ["safe_globals", "safe_torch_load", "safe_unpickle", "write_durably"]
+
+
+def safe_globals() -> list[Any]:
+    """The non-tensor types epochtrain's files may hold, allow-listed for ``weights_only``."""
+    from epochtrain import stats
+
+    numpy_types: list[Any] = [np.ndarray, np.dtype]
+    numpy_types += [type(np.dtype(t)) for t in np.sctypeDict.values()]
+    core = getattr(np, "_core", None) or np.core
+    numpy_types += [core.multiarray._reconstruct, core.multiarray.scalar]
+    stats_types = [
+        getattr(stats, name)
+        for name in dir(stats)
+        if isinstance(getattr(stats, name), type) and getattr(stats, name).__module__ == stats.__name__
+    ]
+    return numpy_types + stats_types
+
+
+def safe_torch_load(path: str | os.PathLike[str], what: str) -> Any:
+    """``torch.load(path, weights_only=True)`` with epochtrain's own types allow-listed.
+
+    ``what`` names the file's role in messages (``"checkpoint file"``, ``"buffer file"``).
+    Raises :class:`CheckpointError` naming the file when it is unreadable, not a torch
+    file, or would need arbitrary code (a global outside the allow-list) to load.
+    """
+    file = os.fspath(path)
+    try:
+        with torch.serialization.safe_globals(safe_globals()):
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()
+        detail = next((line for line in first if "GLOBAL" in line or "Unsupported" in line), "")
+        raise CheckpointError(
+            f"{what} {file!r} is refused: loading it would need more than tensors, numpy "
+            f"arrays and epochtrain's own types ({detail.strip() or exc}); it may run code. "
+            "Load only files written by epochtrain; if you trust this one, read it with "
+            "torch.load(..., weights_only=False) yourself"
+        ) from exc
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{what} {file!r} does not exist") from exc
+    except Exception as exc:
+        raise CheckpointError(f"{what} {file!r} cannot be read: {exc}") from exc
+
+
+_SAFE_BUILTINS = frozenset(
+    {
+        "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int",
+        "list", "object", "range", "set", "slice", "str", "tuple", "type",
+    }
+)  # fmt: skip
+_SAFE_CALLABLES = frozenset(
+    {
+        ("copyreg", "_reconstructor"),
+        ("collections", "OrderedDict"),
+        ("collections", "defaultdict"),
+        ("collections", "deque"),
+        ("_codecs", "encode"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.random._pickle", "__bit_generator_ctor"),
+        ("numpy.random._pickle", "__generator_ctor"),
+        ("numpy.random._pickle", "__randomstate_ctor"),
+    }
+)
+_CLASS_PACKAGES = ("gymnasium", "numpy", "epochtrain")
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, modules: frozenset[str]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.modules = modules
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in _SAFE_BUILTINS:
+            return getattr(builtins, name)
+        if (module, name) in _SAFE_CALLABLES:
+            return super().find_class(module, name)
+        if module.startswith("numpy.random") and name.startswith("__pyx_unpickle_"):
+            return super().find_class(module, name)  # Cython's rebuild of its own class
+        package = module.split(".")[0]
+        if package in _CLASS_PACKAGES or module in self.modules:
+            found = super().find_class(module, name)
+            if isinstance(found, type):  # classes only: no function of any module is called
+                return found
+        raise pickle.UnpicklingError(f"the global {module}.{name} is not allowed")
+
+
+def safe_unpickle(data: bytes, *, allowed_modules: Iterable[str], what: str) -> Any:
+    """Unpickle ``data`` resolving only safe globals; ``what`` names it in messages.
+
+    Allowed: harmless builtins, numpy arrays and random generators, and *classes* (never
+    functions) from gymnasium, numpy, epochtrain and ``allowed_modules`` (the modules of
+    the caller's own env classes). Anything else raises :class:`CheckpointError`.
+    """
+    try:
+        return _RestrictedUnpickler(data, frozenset(allowed_modules)).load()
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{what} is refused: {exc}; unpickling it could run code. Load only "
+            "checkpoints written by epochtrain for envs built from the same classes"
+        ) from exc
+    except Exception as exc:
+        raise CheckpointError(f"{what} cannot be read: {exc}") from exc
+
+
+def write_durably(
+    path: Path, write: Callable[[BinaryIO], None], *, what: str, fix: str = ""
+) -> None:
+    """Create ``path``, ``write`` into it, flush and fsync it.
+
+    Any failure (a full disk, a file-size limit, an unpicklable object) removes the
+    partial file and raises :class:`CheckpointError` naming ``path``, the cause and
+    ``fix``; ``KeyboardInterrupt`` also removes it and propagates unchanged.
+    """
+    try:
+        with path.open("wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except Exception as exc:
+        path.unlink(missing_ok=True)
+        cause = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, OSError) and exc.strerror:
+            cause = exc.strerror
+        raise CheckpointError(
+            f"cannot write {what} {os.fspath(path)!r}: {cause}" + (f"; {fix}" if fix else "")
+        ) from exc
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,49 @@
+"""The errors epochtrain raises for faults a user meets: broken files, non-finite numbers, envs.
+
+Imports nothing from epochtrain, so every layer (``data`` included) can raise them. Each
+message names the file, parameter or env, the cause and the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CheckpointError", "EnvError", "NonFiniteError"]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint, buffer or dataset file that is partial, corrupt, unsafe or cannot be
+    written; the message names the file and the cause."""
+
+
+class NonFiniteError(FloatingPointError):
+    """NaN or inf in a loss, a gradient norm, the weights or the data an env returned.
+
+    ``where`` says what went non-finite (``"loss 'critic' at gradient step 12"``,
+    ``"reward of sub-env 3 of 'Pendulum-v1' at env step 812"``).
+    """
+
+    def __init__(self, message: str, *, where: str = "", env_step: int | None = None) -> None:
+        super().__init__(message)
+        self.where = where
+        self.env_step = env_step
+        """For env data: env steps into the collect step at which it was seen."""
+
+
+class EnvError(RuntimeError):
+    """An env's ``step()`` or ``reset()`` raised; the message names the sub-env, the env id,
+    the env step and the epoch, and the original exception is the ``__cause__``.
+
+    The vector env was closed before this was raised (no worker process is left behind).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sub_env: int | None = None,
+        env_id: str = "",
+        env_step: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.sub_env = sub_env
+        self.env_id = env_id
+        self.env_step = env_step

@@ -1,0 +1,115 @@
+"""What a trainer does when something goes wrong mid-epoch: non-finite numbers, env errors, Ctrl-C.
+
+* :func:`on_nonfinite` applies the trainer's ``on_nonfinite`` setting to a
+  :class:`~epochtrain.errors.NonFiniteError` (a loss, a gradient norm or env data):
+  ``"raise"`` re-raises it with the gradient or env step, the epoch and the last good
+  checkpoint; ``"stop"`` (and ``"skip"`` for env data, which cannot be skipped) ends the
+  run with ``stop_reason == "nonfinite"`` and no checkpoint of that epoch.
+* :func:`with_run_context` re-raises an :class:`~epochtrain.errors.EnvError` with the
+  absolute env step and the epoch.
+* :class:`EpochSnapshot` is taken when an epoch starts; ``KeyboardInterrupt`` inside the
+  epoch rolls the trainer back to it, so the trainer is at the end of its last complete
+  epoch and ``save_checkpoint`` saves that.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from epochtrain.data.buffer import BufferMark, ReplayBuffer
+from epochtrain.data.collector import Collector
+from epochtrain.errors import EnvError, NonFiniteError
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.base import BaseTrainer
+
+__all__ = ["EpochSnapshot", "last_checkpoint_text", "on_nonfinite", "with_run_context"]
+
+
+def last_checkpoint_text(trainer: BaseTrainer[Any]) -> str:
+    """``"the last good checkpoint is '...'"``, or that there is none."""
+    last = trainer.last_checkpoint
+    if last is None:
+        return "no checkpoint was written or loaded yet"
+    return f"the last good checkpoint is {os.fspath(last)!r} (resume_from={os.fspath(last)!r})"
+
+
+def on_nonfinite(trainer: BaseTrainer[Any], exc: NonFiniteError, step: str) -> None:
+    """Apply ``trainer.params.on_nonfinite`` to ``exc`` (``step`` says where it happened)."""
+    message = (
+        f"{exc} at {step} (epoch {trainer.state.epoch}); the weights are unchanged and "
+        f"finite; {last_checkpoint_text(trainer)}. Set on_nonfinite='stop' to end the run "
+        "there instead, or 'skip' to skip such gradient steps"
+    )
+    if trainer.params.on_nonfinite == "raise":
+        raise NonFiniteError(message, where=exc.where) from exc
+    trainer.nonfinite_message = message
+    trainer.request_stop("nonfinite")
+
+
+def with_run_context(trainer: BaseTrainer[Any], exc: EnvError, env_step: int) -> EnvError:
+    """``exc`` again, with the run's env step and epoch in its message."""
+    error = EnvError(
+        f"{exc} at env step {env_step} (epoch {trainer.state.epoch}); the envs were closed; "
+        f"{last_checkpoint_text(trainer)}",
+        sub_env=exc.sub_env,
+        env_id=exc.env_id,
+        env_step=env_step,
+    )
+    error.__cause__ = exc.__cause__
+    return error
+
+
+@dataclass
+class EpochSnapshot:
+    """A trainer's state at the start of an epoch, kept in memory (no buffer copy).
+
+    Holds a copy of the policy's and hooks' states, the run counters, the smoothing
+    windows, the logger's position and the collectors' states (training envs included
+    when they pickle), and a :class:`~epochtrain.data.buffer.BufferMark` per buffer.
+    """
+
+    attrs: dict[str, Any]
+    policy: dict[str, Any]
+    hooks: list[dict[str, Any]]
+    logger: dict[str, object]
+    collectors: list[tuple[Collector, dict[str, Any]]]
+    buffers: list[tuple[ReplayBuffer, BufferMark]]
+
+    @classmethod
+    def take(cls, trainer: BaseTrainer[Any]) -> EpochSnapshot:
+        """Snapshot ``trainer`` (call between epochs)."""
+        attrs = dict(vars(trainer))
+        attrs["state"] = dataclasses.replace(trainer.state)
+        attrs["_mov_avg"] = copy.deepcopy(trainer._mov_avg)
+        collectors = [c for _, c in trainer._collectors()]
+        return cls(
+            attrs=attrs,
+            policy=copy.deepcopy(trainer.policy.state_dict()),
+            hooks=[copy.deepcopy(hook.state_dict()) for hook in trainer.hooks],
+            logger=trainer.logger.state_dict(),
+            collectors=[(c, c.state_dict(include_env=c.buffer is not None)) for c in collectors],
+            buffers=[(c.buffer, c.buffer.mark()) for c in collectors if c.buffer is not None],
+        )
+
+    def restore(self, trainer: BaseTrainer[Any]) -> None:
+        """Put ``trainer`` back as it was when the snapshot was taken.
+
+        Buffer rows written since are dropped (in a full ring, the rows they overwrote are
+        marked invalid: a full replay buffer loses at most the interrupted epoch's rows).
+        """
+        trainer.policy.load_state_dict(self.policy)
+        for hook, state in zip(trainer.hooks, self.hooks, strict=True):
+            hook.load_state_dict(state)
+        vars(trainer).clear()
+        vars(trainer).update(self.attrs)
+        for buffer, mark in self.buffers:
+            buffer.rewind(mark)
+        restart_seed = (trainer.params.seed * 1_000_003 + trainer.state.env_step) % 2**31
+        for collector, state in self.collectors:
+            collector.load_state_dict(state, restart_seed=restart_seed)
+        trainer.logger.load_state_dict(self.logger)

@@ -1,0 +1,158 @@
+"""Faulty envs and small trainers for the fault-injection tests (module level: picklable)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from epochtrain import BC, DQN, PPO, Collector, ReplayBuffer
+from epochtrain.trainer import OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
+from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
+
+
+class FaultyEnv(gym.Env[np.ndarray, np.int64]):
+    """CartPole-shaped: obs ``[t, 0, 0, 0]``, reward 1, episodes of 20 steps.
+
+    From its ``fault_at``-th step on (counted over its life) it returns NaN in the
+    observation (``fault="nan_obs"``), inf as the reward (``"inf_reward"``), or raises
+    (``"raise"``); ``fault_at=None`` never faults.
+    """
+
+    def __init__(self, fault: str = "raise", fault_at: int | None = None) -> None:
+        self.observation_space = gym.spaces.Box(-1e6, 1e6, shape=(4,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.fault, self.fault_at = fault, fault_at
+        self.steps = 0
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, 0.0, 0.0, 0.0], dtype=np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        self.t += 1
+        obs, reward = self._obs(), 1.0
+        if self.fault_at is not None and self.steps >= self.fault_at:
+            if self.fault == "raise":
+                raise RuntimeError("the simulator crashed")
+            if self.fault == "nan_obs":
+                obs[1] = np.nan
+            if self.fault == "inf_reward":
+                reward = float("inf")
+        return obs, reward, self.t >= 20, False, {}
+
+
+def make_faulty(fault: str, fault_at: int | None) -> FaultyEnv:
+    return FaultyEnv(fault, fault_at)
+
+
+def faulty_vec(
+    n: int, bad: int, fault: str, fault_at: int, *, mode: str = "sync"
+) -> gym.vector.VectorEnv[Any, Any, Any]:
+    """``n`` envs of which sub-env ``bad`` faults at its ``fault_at``-th step."""
+    fns = [
+        __import__("functools").partial(make_faulty, fault, fault_at if i == bad else None)
+        for i in range(n)
+    ]
+    kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    if mode == "sync":
+        return gym.vector.SyncVectorEnv(fns, **kwargs)
+    return gym.vector.AsyncVectorEnv(fns, **kwargs)
+
+
+def cartpole(n: int) -> gym.vector.VectorEnv[Any, Any, Any]:
+    return gym.make_vec(
+        "CartPole-v1",
+        num_envs=n,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+    )
+
+
+def dqn_trainer(
+    train_envs: gym.vector.VectorEnv[Any, Any, Any] | None = None, **params: Any
+) -> OffpolicyTrainer[Any]:
+    """A small DQN trainer on CartPole (or on ``train_envs``)."""
+    envs = train_envs if train_envs is not None else cartpole(2)
+    torch.manual_seed(0)
+    policy = DQN(envs.single_observation_space, envs.single_action_space, hidden=(16,))
+    settings: dict[str, Any] = dict(
+        max_epoch=3, step_per_epoch=40, step_per_collect=10, update_per_step=0.5,
+        batch_size=16, episode_per_test=2, show_progress=False, seed=3,
+    )  # fmt: skip
+    settings.update(params)
+    return OffpolicyTrainer(
+        policy=policy,
+        params=OffpolicyParams(**settings),
+        train_collector=Collector(policy, envs, ReplayBuffer(1000, envs.num_envs)),
+        test_collector=Collector(policy, cartpole(2), exploration=False),
+    )
+
+
+def ppo_trainer(**params: Any) -> OnpolicyTrainer[Any]:
+    """A small PPO trainer on CartPole."""
+    torch.manual_seed(0)
+    envs = cartpole(2)
+    policy = PPO(envs.single_observation_space, envs.single_action_space, hidden=(16,))
+    settings: dict[str, Any] = dict(
+        max_epoch=3, step_per_epoch=40, step_per_collect=20, repeat_per_collect=1,
+        batch_size=10, episode_per_test=2, show_progress=False, seed=3,
+    )  # fmt: skip
+    settings.update(params)
+    return OnpolicyTrainer(
+        policy=policy,
+        params=OnpolicyParams(**settings),
+        train_collector=Collector(policy, envs, ReplayBuffer(20, 2)),
+        test_collector=Collector(policy, cartpole(2), exploration=False),
+    )
+
+
+def bc_trainer(buffer: ReplayBuffer, **params: Any) -> OfflineTrainer[Any]:
+    """A small BC trainer on CartPole data ``buffer``."""
+    torch.manual_seed(0)
+    envs = cartpole(2)
+    policy = BC(envs.single_observation_space, envs.single_action_space, hidden=(16,))
+    settings: dict[str, Any] = dict(
+        max_epoch=3, step_per_epoch=5, batch_size=16, episode_per_test=2,
+        show_progress=False, seed=3,
+    )  # fmt: skip
+    settings.update(params)
+    return OfflineTrainer(
+        policy=policy,
+        params=OfflineParams(**settings),
+        buffer=buffer,
+        test_collector=Collector(policy, envs, exploration=False),
+    )
+
+
+def cartpole_data(n_steps: int = 200) -> ReplayBuffer:
+    """Random CartPole transitions."""
+    envs = cartpole(2)
+    buffer = ReplayBuffer(n_steps, 2)
+    envs.action_space.seed(0)
+    collector = Collector(_Random(envs), envs, buffer)
+    collector.reset(seed=0)
+    collector.collect(n_step=n_steps, random=True)
+    return buffer
+
+
+class _Random:
+    def __init__(self, envs: gym.vector.VectorEnv[Any, Any, Any]) -> None:
+        self.space = envs.action_space
+
+    def act(self, obs: Any, deterministic: bool = False) -> Any:
+        raise AssertionError("random=True never asks the policy")
+
+    def to_tensor(self, obs: Any) -> Any:
+        return obs
