@@ -7,7 +7,8 @@ Scores are ``{algorithm: array [n_runs, n_tasks]}``. Per env: :func:`summarize_t
 become scores with :func:`run_score` and sample-efficiency curves with :func:`align_curves`
 and :func:`curve_estimates`. The ``plot_*`` functions (matplotlib, extra ``plot``) return
 figures. Every interval is reproducible: the same input and ``seed`` give the same interval.
-See ``docs/experiments.md``.
+Runs: :func:`grid` enumerates ``RunSpec``s, :func:`run_experiment` runs them resumably into
+run directories, :func:`load_experiment` reads them back. See ``docs/experiments.md``.
 """
 
 from epochtrain.experiment.bootstrap import DEFAULT_REPS, IntervalEstimate, SeedLike
@@ -33,6 +34,8 @@ from epochtrain.experiment.plots import (
     plot_probability_of_improvement,
     plot_sample_efficiency,
 )
+from epochtrain.experiment.results import Experiment, RunResult, RunStatus, load_experiment
+from epochtrain.experiment.runner import BACKENDS, Backend, grid, run_experiment
 from epochtrain.experiment.stats import (
     PROFILE_REPS,
     AggregateSummary,
@@ -51,16 +54,21 @@ from epochtrain.experiment.stats import (
 )
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_REPS",
     "PROFILE_REPS",
     "SCORE_METHODS",
     "AggregateMetric",
     "AggregateSummary",
+    "Backend",
     "CurveEstimate",
     "CurveStatistic",
+    "Experiment",
     "IntervalEstimate",
     "NormalizedScores",
     "PerformanceProfile",
+    "RunResult",
+    "RunStatus",
     "ScoreMethod",
     "SeedLike",
     "TaskSummary",
@@ -70,7 +78,9 @@ __all__ = [
     "aggregate_median",
     "align_curves",
     "curve_estimates",
+    "grid",
     "iqm",
+    "load_experiment",
     "normalize_scores",
     "optimality_gap",
     "pairwise_improvement",
@@ -82,6 +92,7 @@ __all__ = [
     "probability_of_improvement",
     "random_score",
     "reference_score",
+    "run_experiment",
     "run_score",
     "summarize_tasks",
 ]

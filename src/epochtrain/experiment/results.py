@@ -1,0 +1,212 @@
+"""Read an experiment back: each run's status, test curve and score, as plain arrays.
+
+``load_experiment("exp/")`` reads ``exp/experiment.json`` and each listed run's
+``result.json``; a run without one (never started, or interrupted) is ``"pending"``.
+:meth:`Experiment.scores` gives the ``{algorithm: [n_runs, n_envs]}`` matrix that the
+statistics take, :meth:`Experiment.curves` the test curves of one env.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from epochtrain.experiment.bootstrap import FloatArray
+from epochtrain.experiment.curves import SCORE_METHODS, ScoreMethod, run_score
+from epochtrain.experiment.runs import (
+    EXPERIMENT_FILE,
+    FORMAT,
+    RESULT_FILE,
+    SPEC_FILE,
+    read_json,
+    read_test_curve,
+)
+
+__all__ = ["Experiment", "RunResult", "RunStatus", "load_experiment"]
+
+RunStatus = Literal["finished", "failed", "pending"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run of an experiment as read from its directory."""
+
+    run_id: str
+    algo: str
+    env_id: str
+    seed: int
+    status: RunStatus
+    steps: FloatArray = field(repr=False)
+    """Env steps (gradient steps offline) of each test."""
+    test_returns: FloatArray = field(repr=False)
+    """Mean test return of each test."""
+    stop_reason: str | None = None
+    error: str | None = None
+    path: Path | None = None
+
+    def score(self, method: ScoreMethod = "final") -> float:
+        """The run's score from its test curve (:func:`~epochtrain.experiment.run_score`)."""
+        if self.test_returns.size == 0:
+            raise ValueError(f"run {self.run_id} has no test yet: it cannot be scored")
+        return run_score(self.steps, self.test_returns, method)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """The runs of one or more experiment directories."""
+
+    runs: tuple[RunResult, ...]
+
+    @property
+    def algos(self) -> list[str]:
+        """Algorithms, in the order the runs list them."""
+        return list(dict.fromkeys(r.algo for r in self.runs))
+
+    @property
+    def envs(self) -> list[str]:
+        """Env ids, in the order the runs list them."""
+        return list(dict.fromkeys(r.env_id for r in self.runs))
+
+    def finished(self) -> list[RunResult]:
+        """The runs that ended normally (``status == "finished"``)."""
+        return [r for r in self.runs if r.status == "finished"]
+
+    def scores(
+        self, method: ScoreMethod = "final", *, envs: Sequence[str] | None = None
+    ) -> tuple[dict[str, FloatArray], list[str]]:
+        """``({algorithm: [n_runs, n_envs]}, env_ids)`` of the finished runs' scores.
+
+        Rows are seeds in ascending order. Every algorithm needs the same seeds on every
+        env (the matrix has no holes): a missing or failed run raises ``ValueError`` naming
+        it, so re-run the experiment or pass ``envs=`` to leave an env out.
+        """
+        if method not in SCORE_METHODS:
+            raise ValueError(f"method must be one of {SCORE_METHODS}, got {method!r}")
+        env_ids = self.envs if envs is None else list(envs)
+        unknown = [e for e in env_ids if e not in self.envs]
+        if unknown or not env_ids:
+            raise ValueError(f"envs must be a non-empty subset of {self.envs}, got {env_ids}")
+        result: dict[str, FloatArray] = {}
+        for algo in self.algos:
+            runs = {(r.env_id, r.seed): r for r in self.finished() if r.algo == algo}
+            seeds = sorted({seed for env, seed in runs if env in env_ids})
+            missing = [
+                f"{algo}-{env}-s{seed}"
+                for env in env_ids
+                for seed in seeds
+                if (env, seed) not in runs
+            ]
+            if missing or not seeds:
+                raise ValueError(
+                    f"algorithm {algo!r} lacks finished runs {missing or env_ids}: every "
+                    "algorithm needs the same seeds on every env; re-run the experiment to "
+                    "finish them, or pass envs= to compare fewer envs"
+                )
+            result[algo] = np.array(
+                [[runs[(env, seed)].score(method) for env in env_ids] for seed in seeds]
+            )
+        return result, env_ids
+
+    def curves(self, env_id: str) -> dict[str, list[tuple[FloatArray, FloatArray]]]:
+        """``{algorithm: [(steps, test_returns), ...]}`` of the finished runs on ``env_id``."""
+        if env_id not in self.envs:
+            raise ValueError(f"env_id must be one of {self.envs}, got {env_id!r}")
+        out: dict[str, list[tuple[FloatArray, FloatArray]]] = {}
+        for run in self.finished():
+            if run.env_id == env_id and run.test_returns.size:
+                out.setdefault(run.algo, []).append((run.steps, run.test_returns))
+        return out
+
+    def to_dataframe(self) -> Any:
+        """One row per run and test (pandas ``DataFrame``; needs pandas installed)."""
+        try:
+            pandas = importlib.import_module("pandas")
+        except ImportError as exc:
+            raise ImportError(f"to_dataframe needs pandas: pip install pandas ({exc})") from exc
+        rows = [
+            {
+                "run_id": r.run_id,
+                "algo": r.algo,
+                "env_id": r.env_id,
+                "seed": r.seed,
+                "status": r.status,
+                "step": float(step),
+                "test_return": float(ret),
+            }
+            for r in self.runs
+            for step, ret in zip(r.steps, r.test_returns, strict=True)
+        ]
+        return pandas.DataFrame(rows)
+
+
+def _load_run(run_dir: Path) -> RunResult:
+    result_path = run_dir / RESULT_FILE
+    if result_path.is_file():
+        data = read_json(result_path)
+        return RunResult(
+            run_id=str(data["run_id"]),
+            algo=str(data["algo"]),
+            env_id=str(data["env_id"]),
+            seed=int(data["seed"]),
+            status="finished" if data["status"] == "finished" else "failed",
+            steps=np.asarray(data["steps"], dtype=np.float64),
+            test_returns=np.asarray(data["test_returns"], dtype=np.float64),
+            stop_reason=data.get("stop_reason"),
+            error=data.get("error"),
+            path=run_dir,
+        )
+    from epochtrain.spec import RunSpec
+
+    spec = RunSpec.from_file(run_dir / SPEC_FILE)
+    steps, returns = read_test_curve(run_dir)
+    return RunResult(
+        run_id=spec.run_id,
+        algo=spec.algo,
+        env_id=spec.env_id,
+        seed=spec.seed,
+        status="pending",
+        steps=np.asarray(steps, dtype=np.float64),
+        test_returns=np.asarray(returns, dtype=np.float64),
+        path=run_dir,
+    )
+
+
+def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str]) -> Experiment:
+    """Read the experiment written by :func:`~epochtrain.experiment.run_experiment` to
+    ``path`` (and to each of ``more``, merged; a run id may appear only once)."""
+    runs: list[RunResult] = []
+    for directory in (path, *more):
+        root = Path(directory)
+        index = root / EXPERIMENT_FILE
+        if not index.is_file():
+            raise ValueError(
+                f"{os.fspath(root)!r} is not an experiment directory (no {EXPERIMENT_FILE}): "
+                "pass the --out directory of `epochtrain sweep` or of run_experiment"
+            )
+        data = read_json(index)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"{os.fspath(index)!r} is not an epochtrain experiment index")
+        for run_id in data.get("runs", []):
+            run_dir = root / str(run_id)
+            if not (run_dir / SPEC_FILE).is_file():
+                raise ValueError(
+                    f"{os.fspath(index)!r} lists run {run_id!r} but {os.fspath(run_dir)!r} "
+                    f"has no {SPEC_FILE}: the directory is incomplete"
+                )
+            runs.append(_load_run(run_dir))
+    ids = [r.run_id for r in runs]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(
+            f"runs {duplicates} appear in more than one experiment directory: "
+            "compare directories of different runs"
+        )
+    if not runs:
+        raise ValueError(f"{os.fspath(path)!r} lists no runs")
+    return Experiment(tuple(runs))

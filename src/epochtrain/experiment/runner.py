@@ -1,0 +1,230 @@
+"""Run many specs: ``grid`` enumerates them, ``run_experiment`` runs them resumably.
+
+Backends, which write the same run directories and the same numbers for the same spec:
+
+- ``"lockstep"``: one process; the trainers are built together and advanced one epoch each
+  in turn (the ``zip`` usage of the iterator), each owning its random streams;
+- ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each.
+
+Both run torch on one thread per run, so a run computes the same floats whichever backend
+runs it. Re-running skips runs whose ``result.json`` says finished, and resumes the others
+(interrupted or failed) from their latest checkpoint. A run that raises gets a
+``result.json`` with ``status = "failed"`` and its error, and the other runs go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from epochtrain.experiment.progress import Progress
+from epochtrain.experiment.results import Experiment, load_experiment
+from epochtrain.experiment.runs import (
+    failed_result,
+    finished_result,
+    is_finished,
+    open_trainer,
+    prepare_runs,
+    spec_of,
+)
+from epochtrain.spec import RunSpec, algorithm, check_env_id
+
+__all__ = ["BACKENDS", "Backend", "grid", "run_experiment"]
+
+Backend = Literal["lockstep", "processes"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
+
+
+def grid(
+    algos: Sequence[str],
+    envs: Sequence[str],
+    seeds: Iterable[int],
+    *,
+    base: RunSpec | None = None,
+    **overrides: object,
+) -> list[RunSpec]:
+    """Every (algorithm, env, seed) run as a :class:`RunSpec`, in that nesting order.
+
+    Each spec is ``RunSpec.tuned(algo, env, seed=seed)`` (or ``base`` moved to the env and
+    seed, for settings read from a file) with ``overrides`` applied by setting name
+    (``max_epoch=5``, ``lr=3e-4``, ``**{"trainer.batch_size": 128}``). Unknown algorithms,
+    envs and settings raise ``ValueError`` before any run starts.
+    """
+    seed_list = list(seeds)
+    for name, values in (("algos", algos), ("envs", envs), ("seeds", seed_list)):
+        if isinstance(values, str) or not values:
+            raise ValueError(f"{name} must be a non-empty list, got {values!r}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name} must not repeat a value, got {values!r}")
+    for seed in seed_list:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seeds must be non-negative ints, got {seed!r} in {seed_list}")
+    for algo in algos:
+        algorithm(algo)
+        if base is not None and algo != base.algo:
+            raise ValueError(
+                f"algos must be [{base.algo!r}] (the algo of base), got {list(algos)!r}"
+            )
+    for env_id in envs:
+        check_env_id(env_id)
+    specs = []
+    for algo in algos:
+        for env_id in envs:
+            for seed in seed_list:
+                if base is None:
+                    spec = RunSpec.tuned(algo, env_id, seed=seed)
+                else:
+                    spec = base.replace(env_id=env_id).with_overrides({"seed": seed})
+                try:
+                    specs.append(spec.with_overrides(overrides))
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"grid run {spec.run_id}: {exc}") from exc
+    return specs
+
+
+def run_experiment(
+    specs: Sequence[RunSpec],
+    out_dir: str | os.PathLike[str],
+    *,
+    backend: Backend = "lockstep",
+    workers: int | None = None,
+    show_progress: bool = True,
+) -> Experiment:
+    """Run ``specs`` into ``out_dir`` (module docstring) and return the loaded experiment.
+
+    ``workers`` is the ``"processes"`` pool size (default: CPU count, at most one per run);
+    ``show_progress`` draws a bar per run and an overall bar with an ETA on stderr.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if not specs or not all(isinstance(s, RunSpec) for s in specs):
+        raise ValueError(
+            "specs must be a non-empty list of RunSpec (e.g. grid(['ppo'], ['CartPole-v1'], "
+            f"range(3))), got {specs!r:.80}"
+        )
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    root = Path(out_dir)
+    run_dirs = prepare_runs(specs, root)
+    pending = [d for d in run_dirs if not is_finished(d)]
+    with Progress(run_dirs, pending, enabled=show_progress) as progress:
+        if backend == "lockstep":
+            _run_lockstep(pending, progress)
+        else:
+            n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
+            _run_processes(pending, n, progress)
+    return load_experiment(root)
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_lockstep(run_dirs: Sequence[Path], progress: Progress) -> None:
+    with _one_torch_thread():
+        trainers: dict[Path, Any] = {}
+        wall: dict[Path, float] = {}
+        for run_dir in run_dirs:
+            try:
+                trainers[run_dir] = open_trainer(run_dir)
+            except Exception as exc:
+                failed_result(run_dir, spec_of(run_dir), exc)
+                progress.end(run_dir, failed=True)
+                continue
+            wall[run_dir] = 0.0
+            progress.start(run_dir, trainers[run_dir].state.epoch)
+        while trainers:
+            for run_dir, trainer in list(trainers.items()):
+                start = time.perf_counter()
+                try:
+                    next(trainer)
+                except StopIteration:
+                    wall[run_dir] += time.perf_counter() - start
+                    finished_result(run_dir, trainer, wall[run_dir])
+                    progress.end(run_dir, failed=False)
+                    del trainers[run_dir]
+                except Exception as exc:
+                    failed_result(run_dir, spec_of(run_dir), exc)
+                    progress.end(run_dir, failed=True)
+                    del trainers[run_dir]
+                else:
+                    wall[run_dir] += time.perf_counter() - start
+                    progress.epoch(run_dir, trainer.state.epoch)
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _run_in_worker(run_dir_name: str, events: Any) -> str:
+    """Run one run to its end in a pool process; progress goes to ``events``."""
+    run_dir = Path(run_dir_name)
+    start = time.perf_counter()
+    try:
+        trainer = open_trainer(run_dir)
+        events.put((run_dir_name, "start", trainer.state.epoch))
+        for _ in trainer:
+            events.put((run_dir_name, "epoch", trainer.state.epoch))
+        finished_result(run_dir, trainer, time.perf_counter() - start)
+        return "finished"
+    except Exception as exc:
+        failed_result(run_dir, spec_of(run_dir), exc)
+        return "failed"
+
+
+def _run_processes(run_dirs: Sequence[Path], workers: int, progress: Progress) -> None:
+    if not run_dirs:
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with (
+        ctx.Manager() as manager,
+        ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool,
+    ):
+        events = manager.Queue()
+        futures: dict[Future[str], Path] = {
+            pool.submit(_run_in_worker, os.fspath(d), events): d for d in run_dirs
+        }
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(events, progress)
+            for future in done:
+                run_dir = futures[future]
+                try:
+                    status = future.result()
+                except Exception as exc:  # the worker died or could not write the result
+                    failed_result(run_dir, spec_of(run_dir), exc)
+                    status = "failed"
+                progress.end(run_dir, failed=status != "finished")
+        _drain(events, progress)
+
+
+def _drain(events: Any, progress: Progress) -> None:
+    while True:
+        try:
+            name, kind, epoch = events.get_nowait()
+        except queue.Empty:
+            return
+        if kind == "start":
+            progress.start(Path(name), epoch)
+        else:
+            progress.epoch(Path(name), epoch)

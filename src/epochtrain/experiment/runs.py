@@ -1,0 +1,237 @@
+"""One run of an experiment on disk: its directory, resolved spec, result file and curve.
+
+``out_dir/<run_id>/`` holds ``spec.toml`` (the resolved :class:`~epochtrain.spec.RunSpec`),
+``log.jsonl`` (every logged record), ``checkpoints/epoch_*`` and, once the run has ended,
+``result.json``. ``out_dir/experiment.json`` lists the run ids. The functions here open a
+run (resuming from its latest checkpoint), and write its result atomically; the backends in
+:mod:`epochtrain.experiment.runner` decide which process advances which trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from epochtrain.spec import RunSpec
+
+__all__ = [
+    "EXPERIMENT_FILE",
+    "RESULT_FILE",
+    "SPEC_FILE",
+    "check_same_run",
+    "failed_result",
+    "finished_result",
+    "is_finished",
+    "open_trainer",
+    "prepare_runs",
+    "read_json",
+    "read_test_curve",
+    "resolve_spec",
+    "spec_of",
+    "write_json",
+]
+
+EXPERIMENT_FILE = "experiment.json"
+RESULT_FILE = "result.json"
+SPEC_FILE = "spec.toml"
+LOG_FILE = "log.jsonl"
+CHECKPOINTS = "checkpoints"
+FORMAT = "epochtrain-experiment"
+FORMAT_VERSION = 1
+
+# Settings that say where a run lives or how it reports, not what it computes.
+_LOCATION = {"logdir", "checkpoint_dir", "resume_from", "show_progress", "verbose"}
+
+
+def resolve_spec(spec: RunSpec, run_dir: Path) -> RunSpec:
+    """``spec`` as run inside ``run_dir``: JSONL log and checkpoints there, no bars of its own."""
+    loggers = tuple(dict.fromkeys((*spec.logging.loggers, "jsonl")))
+    return spec.with_overrides(
+        {
+            "logging.logdir": str(run_dir),
+            "logging.loggers": loggers,
+            "checkpoint_dir": str(run_dir / CHECKPOINTS),
+            "resume_from": None,
+            "show_progress": False,
+            "verbose": False,
+        }
+    )
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        elif key not in _LOCATION:
+            out[prefix + key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def check_same_run(stored: RunSpec, wanted: RunSpec, run_dir: Path) -> None:
+    """``ValueError`` unless ``stored`` (from ``run_dir``) computes what ``wanted`` does."""
+    old, new = _flat(stored.to_dict()), _flat(wanted.to_dict())
+    differing = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if differing:
+        detail = ", ".join(f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in differing)
+        raise ValueError(
+            f"run directory {os.fspath(run_dir)!r} holds a run with other settings ({detail}): "
+            "write this experiment to another out_dir, or delete that run directory to start "
+            "it again"
+        )
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON atomically (temp file, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``; ``ValueError`` naming the file if it is not valid JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{os.fspath(path)!r} is not valid JSON: {exc}") from exc
+
+
+def read_test_curve(run_dir: Path) -> tuple[list[float], list[float]]:
+    """``(steps, mean test returns)`` of the ``test`` records in ``run_dir/log.jsonl``.
+
+    A step logged twice keeps its last record; a torn last line is ignored.
+    """
+    path = run_dir / LOG_FILE
+    points: dict[float, float] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            value = record.get("test/returns_stat/mean") if isinstance(record, dict) else None
+            if record.get("scope") == "test" and isinstance(value, int | float):
+                points[float(record["step"])] = float(value)
+    steps = sorted(points)
+    return steps, [points[s] for s in steps]
+
+
+def open_trainer(run_dir: Path) -> Any:
+    """The trainer of ``run_dir/spec.toml``, resumed from its latest checkpoint if any."""
+    from epochtrain.checkpoint import find_checkpoints
+    from epochtrain.factory import make_trainer
+
+    spec = RunSpec.from_file(run_dir / SPEC_FILE)
+    if find_checkpoints(run_dir / CHECKPOINTS):
+        spec = spec.with_overrides({"resume_from": str(run_dir / CHECKPOINTS)})
+    return make_trainer(spec)
+
+
+def _base(spec: RunSpec) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "run_id": spec.run_id,
+        "algo": spec.algo,
+        "env_id": spec.env_id,
+        "seed": spec.seed,
+        "step_unit": "gradient_step" if spec.entry.kind == "offline" else "env_step",
+    }
+
+
+def finished_result(run_dir: Path, trainer: Any, wall_time: float) -> dict[str, Any]:
+    """Write and return ``result.json`` of a run that ended (``trainer.stop_reason``)."""
+    spec = RunSpec.from_file(run_dir / SPEC_FILE)
+    steps, returns = read_test_curve(run_dir)
+    result = {
+        **_base(spec),
+        "status": "finished",
+        "stop_reason": trainer.stop_reason,
+        "epochs": int(trainer.state.epoch),
+        "steps": steps,
+        "test_returns": returns,
+        "error": None,
+        "wall_time": wall_time,
+    }
+    write_json(run_dir / RESULT_FILE, result)
+    return result
+
+
+def failed_result(run_dir: Path, spec: RunSpec, exc: BaseException) -> dict[str, Any]:
+    """Write and return ``result.json`` of a run that raised ``exc``."""
+    steps, returns = read_test_curve(run_dir)
+    result = {
+        **_base(spec),
+        "status": "failed",
+        "stop_reason": None,
+        "epochs": len(steps),
+        "steps": steps,
+        "test_returns": returns,
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(exc)),
+        "wall_time": None,
+    }
+    write_json(run_dir / RESULT_FILE, result)
+    return result
+
+
+def prepare_runs(specs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
+    """Create or check each run's directory and ``out_dir/experiment.json``; the run dirs.
+
+    A run directory that exists must hold a run of the same settings (``ValueError``
+    otherwise); ``experiment.json`` keeps the runs it listed and adds the new ones.
+    """
+    ids = [spec.run_id for spec in specs]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(
+            f"specs must have distinct run ids (<algo>-<env_id>-s<seed>), got {duplicates} "
+            "more than once: give each run its own seed, or use one out_dir per setting"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    listed: list[str] = []
+    index = out_dir / EXPERIMENT_FILE
+    if index.is_file():
+        data = read_json(index)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"{os.fspath(index)!r} is not an epochtrain experiment index")
+        listed = [str(r) for r in data.get("runs", [])]
+    run_dirs = []
+    for spec in specs:
+        run_dir = out_dir / spec.run_id
+        resolved = resolve_spec(spec, run_dir.resolve())
+        if (run_dir / SPEC_FILE).is_file():
+            check_same_run(RunSpec.from_file(run_dir / SPEC_FILE), resolved, run_dir)
+        else:
+            run_dir.mkdir(exist_ok=True)
+        resolved.to_file(run_dir / SPEC_FILE)
+        run_dirs.append(run_dir)
+    runs = list(dict.fromkeys([*listed, *ids]))
+    write_json(index, {"format": FORMAT, "version": FORMAT_VERSION, "runs": runs})
+    return run_dirs
+
+
+def is_finished(run_dir: Path) -> bool:
+    """True if ``run_dir`` has a ``result.json`` of a finished run."""
+    path = run_dir / RESULT_FILE
+    if not path.is_file():
+        return False
+    try:
+        return bool(read_json(path).get("status") == "finished")
+    except (ValueError, AttributeError):
+        return False
+
+
+def spec_of(run_dir: Path) -> RunSpec:
+    """The resolved spec stored in ``run_dir``."""
+    return RunSpec.from_file(run_dir / SPEC_FILE)
