@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
@@ -183,16 +183,16 @@ def check_finite_weights(trainer: BaseTrainer[Any], path: str | os.PathLike[str]
     checkpoint is ever written from non-finite weights.
     """
     for name, tensor in trainer.policy.state_dict().items():
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
-            if not bool(torch.isfinite(tensor).all()):
-                last = trainer.last_checkpoint
-                raise NonFiniteError(
-                    f"refusing to write the checkpoint {os.fspath(path)!r}: the policy's "
-                    f"tensor {name!r} holds NaN or inf (epoch {trainer.state.epoch}, gradient step "
-                    f"{trainer.state.gradient_step}); the last good checkpoint is "
-                    + (repr(os.fspath(last)) if last is not None else "none (none was saved)"),
-                    where=f"policy tensor {name!r}",
-                )
+        floating = isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
+        if floating and not bool(torch.isfinite(tensor).all()):
+            last = trainer.last_checkpoint
+            raise NonFiniteError(
+                f"refusing to write the checkpoint {os.fspath(path)!r}: the policy's "
+                f"tensor {name!r} holds NaN or inf (epoch {trainer.state.epoch}, gradient step "
+                f"{trainer.state.gradient_step}); the last good checkpoint is "
+                + (repr(os.fspath(last)) if last is not None else "none (none was saved)"),
+                where=f"policy tensor {name!r}",
+            )
 
 
 def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> Path:
@@ -223,7 +223,7 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
         manifest = json.dumps(_manifest(trainer, files), indent=2, default=repr)
         write_durably(
             tmp / MANIFEST,
-            lambda f: f.write((manifest + "\n").encode("utf-8")),
+            lambda f: _write_text(f, manifest + "\n"),
             what="checkpoint manifest",
             fix="free disk space and save again; the previous checkpoint is untouched",
         )
@@ -236,11 +236,15 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
     return path
 
 
+def _write_text(f: BinaryIO, text: str) -> None:
+    f.write(text.encode("utf-8"))
+
+
 def _swap_into_place(tmp: Path, path: Path) -> None:
     """Rename ``tmp`` to ``path``; an existing ``path`` is moved aside first, then deleted.
 
-    Ctrl-C and SIGTERM are held for the two renames; any error between them moves the
-    old checkpoint back.
+    Ctrl-C and SIGTERM are held until the old one is gone; any error between the two
+    renames moves the old checkpoint back.
     """
     old = path.parent / leftover_name(OLD, path.name)
     with deferred_signals():
@@ -256,8 +260,8 @@ def _swap_into_place(tmp: Path, path: Path) -> None:
                 os.replace(old, path)
             raise
         _fsync_dir(path.parent)
-    if moved:
-        remove_dir(old)
+        if moved:
+            remove_dir(old)
 
 
 _SHA256_HEX = frozenset("0123456789abcdef")

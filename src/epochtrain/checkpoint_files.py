@@ -79,6 +79,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _writer_gone(pid: int) -> bool:
+    """True if the save that left a leftover of ``pid`` is over: the process is dead, or it
+    is this one (its saves run one at a time and clean up or recover before starting)."""
+    return pid == os.getpid() or not _pid_alive(pid)
+
+
 def is_complete(path: Path) -> bool:
     """True if ``path`` holds a manifest whose listed files all exist with their sizes.
 
@@ -100,7 +106,11 @@ def remove_dir(path: Path) -> None:
     half-way leaves a leftover that is recognised, never a torn ``epoch_*`` directory."""
     if not path.exists():
         return
+    if path.name.startswith(LEFTOVER_PREFIXES):  # already out of the namespace
+        shutil.rmtree(path, ignore_errors=True)
+        return
     trash = path.parent / leftover_name(TRASH, path.name)
+    shutil.rmtree(trash, ignore_errors=True)  # of an earlier interrupted removal
     os.replace(path, trash)
     shutil.rmtree(trash, ignore_errors=True)
 
@@ -117,9 +127,9 @@ def recover(path: Path) -> Path | None:
     found: dict[str, list[Path]] = {TMP: [], OLD: []}
     for entry in path.parent.iterdir():
         parts = _split(entry.name)
-        if parts and parts[1] == path.name and parts[0] in found:
-            if not _pid_alive(parts[2]) and is_complete(entry):
-                found[parts[0]].append(entry)
+        ours = parts is not None and parts[1] == path.name and parts[0] in found
+        if parts and ours and _writer_gone(parts[2]) and is_complete(entry):
+            found[parts[0]].append(entry)
     for prefix in (TMP, OLD):
         if found[prefix]:
             best = max(found[prefix], key=lambda p: (p / MANIFEST).stat().st_mtime)
@@ -131,7 +141,8 @@ def recover(path: Path) -> Path | None:
 def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False) -> list[Path]:
     """Remove the leftovers in ``root`` (of checkpoint ``name`` only, if given).
 
-    Only those of dead writers, unless ``owned`` (the caller holds ``root``'s lock, so no
+    Only those of finished writers (dead processes, or this one), unless ``owned`` (the
+    caller holds ``root``'s lock, so no
     other process writes there): then every leftover, and with ``name=None`` also the
     ``epoch_*`` directories that are not complete (a rotation killed by an older epochtrain).
     Call :func:`recover` first. Returns what was removed.
@@ -142,12 +153,8 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
     for entry in root.iterdir():
         parts = _split(entry.name)
         if parts is not None:
-            prefix, of, pid = parts
-            removable = (
-                (name is None or of == name)
-                and pid != os.getpid()  # this process's own save is still running
-                and (owned or not _pid_alive(pid))
-            )
+            _, of, pid = parts
+            removable = (name is None or of == name) and (owned or _writer_gone(pid))
         else:
             removable = (
                 owned
@@ -164,20 +171,31 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
 
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block ends (main thread, POSIX; else a no-op).
+    """Hold SIGINT and SIGTERM until the block ends (main thread only; else a no-op).
 
-    Wraps the two renames that swap a checkpoint, so Ctrl-C cannot land between them;
-    a signal sent meanwhile is delivered when the block exits.
+    Wraps the two renames that swap a checkpoint, so Ctrl-C cannot land between them: a
+    signal that arrives meanwhile is recorded, and its previous handler runs (raising
+    ``KeyboardInterrupt`` for SIGINT) when the block exits.
     """
-    held = {signal.SIGINT, signal.SIGTERM}
-    if os.name != "posix" or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    received: list[int] = []
+    held = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None)) if s is not None]
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: received.append(signum)) for sig in held
+    }
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in received[:1]:
+            handler = previous[signal.Signals(signum)]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 class CheckpointLock:

@@ -85,18 +85,21 @@ def dqn_trainer(
 ) -> OffpolicyTrainer[Any]:
     """A small DQN trainer on CartPole (or on ``train_envs``)."""
     envs = train_envs if train_envs is not None else cartpole(2)
+    test_envs = cartpole(2) if train_envs is None else faulty_vec(2, -1, "raise", 1)
     torch.manual_seed(0)
     policy = DQN(envs.single_observation_space, envs.single_action_space, hidden=(16,))
     settings: dict[str, Any] = dict(
         max_epoch=3, step_per_epoch=40, step_per_collect=10, update_per_step=0.5,
         batch_size=16, episode_per_test=2, show_progress=False, seed=3,
     )  # fmt: skip
+    logger = params.pop("logger", None)
     settings.update(params)
     return OffpolicyTrainer(
         policy=policy,
         params=OffpolicyParams(**settings),
         train_collector=Collector(policy, envs, ReplayBuffer(1000, envs.num_envs)),
-        test_collector=Collector(policy, cartpole(2), exploration=False),
+        test_collector=Collector(policy, test_envs, exploration=False),
+        logger=logger,
     )
 
 
@@ -109,12 +112,14 @@ def ppo_trainer(**params: Any) -> OnpolicyTrainer[Any]:
         max_epoch=3, step_per_epoch=40, step_per_collect=20, repeat_per_collect=1,
         batch_size=10, episode_per_test=2, show_progress=False, seed=3,
     )  # fmt: skip
+    logger = params.pop("logger", None)
     settings.update(params)
     return OnpolicyTrainer(
         policy=policy,
         params=OnpolicyParams(**settings),
         train_collector=Collector(policy, envs, ReplayBuffer(20, 2)),
         test_collector=Collector(policy, cartpole(2), exploration=False),
+        logger=logger,
     )
 
 
@@ -127,12 +132,14 @@ def bc_trainer(buffer: ReplayBuffer, **params: Any) -> OfflineTrainer[Any]:
         max_epoch=3, step_per_epoch=5, batch_size=16, episode_per_test=2,
         show_progress=False, seed=3,
     )  # fmt: skip
+    logger = params.pop("logger", None)
     settings.update(params)
     return OfflineTrainer(
         policy=policy,
         params=OfflineParams(**settings),
         buffer=buffer,
         test_collector=Collector(policy, envs, exploration=False),
+        logger=logger,
     )
 
 

@@ -319,7 +319,9 @@ class ReplayBuffer:
         storage = None
         if self._storage is not None:
             size = self._size
-            storage = {k: _obs_index(v, lambda t: t[:size].clone()) for k, v in self._storage.items()}
+            storage = {
+                k: _obs_index(v, lambda t: t[:size].clone()) for k, v in self._storage.items()
+            }
         return {
             "format_version": BUFFER_FORMAT_VERSION,
             "capacity": self.capacity,
@@ -345,7 +347,9 @@ class ReplayBuffer:
         nothing."""
         if not isinstance(state, dict):
             raise ValueError(f"the buffer state is a {type(state).__name__}, not a dict")
-        missing = [k for k in ("capacity", "num_envs", "cursor", "size", "storage") if k not in state]
+        missing = [
+            k for k in ("capacity", "num_envs", "cursor", "size", "storage") if k not in state
+        ]
         if missing:
             raise ValueError(f"the buffer state lacks the entries {missing}")
         if state["capacity"] != self.capacity or state["num_envs"] != self.num_envs:
@@ -367,7 +371,8 @@ class ReplayBuffer:
         bad = [
             k
             for k, v in storage.items()
-            if _first_shape(v)[1:] != (self.num_envs,) or _first_shape(v)[0] not in (size, self.rows)
+            if _first_shape(v)[1:] != (self.num_envs,)
+            or _first_shape(v)[0] not in (size, self.rows)
         ]
         if bad:
             raise ValueError(

@@ -456,14 +456,14 @@ def _float_leaves(obs: dict[str, Any]) -> list[np.ndarray]:
 def _env_id(env: Any, sub_env: int | None) -> str:
     """The gymnasium id of ``env`` (of its sub-env ``sub_env`` if the vector env has none)."""
     for level in _env_levels(env):
-        spec = getattr(level, "spec", None)
-        if getattr(spec, "id", None):
-            return str(spec.id)
+        spec_id = getattr(getattr(level, "spec", None), "id", None)
+        if spec_id:
+            return str(spec_id)
         subs = getattr(level, "envs", None)
         if subs and sub_env is not None and 0 <= sub_env < len(subs):
-            spec = getattr(subs[sub_env], "spec", None)
-            if getattr(spec, "id", None):
-                return str(spec.id)
+            spec_id = getattr(getattr(subs[sub_env], "spec", None), "id", None)
+            if spec_id:
+                return str(spec_id)
             return type(subs[sub_env].unwrapped).__name__
     return type(env.unwrapped).__name__
 

@@ -39,7 +39,8 @@ def safe_globals() -> list[Any]:
     stats_types = [
         getattr(stats, name)
         for name in dir(stats)
-        if isinstance(getattr(stats, name), type) and getattr(stats, name).__module__ == stats.__name__
+        if isinstance(getattr(stats, name), type)
+        and getattr(stats, name).__module__ == stats.__name__
     ]
     return numpy_types + stats_types
 

@@ -83,7 +83,8 @@ class EpochSnapshot:
     @classmethod
     def take(cls, trainer: BaseTrainer[Any]) -> EpochSnapshot:
         """Snapshot ``trainer`` (call between epochs)."""
-        attrs = dict(vars(trainer))
+        # lists and dicts the epoch appends to in place (pending stats, ...) are copied
+        attrs = {k: v.copy() if type(v) in (list, dict) else v for k, v in vars(trainer).items()}
         attrs["state"] = dataclasses.replace(trainer.state)
         attrs["_mov_avg"] = copy.deepcopy(trainer._mov_avg)
         collectors = [c for _, c in trainer._collectors()]

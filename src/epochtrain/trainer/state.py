@@ -117,7 +117,9 @@ def check_policy_state(policy: Policy[Any], state: Mapping[str, Any]) -> None:
             or saved.shape != tensor.shape
             or saved.dtype != tensor.dtype
         ):
-            got = f"{tuple(saved.shape)} {saved.dtype}" if isinstance(saved, torch.Tensor) else saved
+            got = (
+                f"{tuple(saved.shape)} {saved.dtype}" if isinstance(saved, torch.Tensor) else saved
+            )
             raise ValueError(
                 f"policy tensor {key!r} is {tuple(tensor.shape)} {tensor.dtype} here, the "
                 f"state has {got}: build the policy with the checkpointed run's settings"

@@ -1,0 +1,77 @@
+"""Raising envs (Sync and Async) and two writers of one checkpoint_dir."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from epochtrain.checkpoint import CheckpointError, find_checkpoints, read_manifest
+from epochtrain.checkpoint_files import LOCK_FILE
+from epochtrain.errors import EnvError
+from tests.faults.envs import dqn_trainer, faulty_vec
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_raising_env_names_sub_env_env_and_step_closes_the_envs_and_keeps_the_checkpoint(
+    tmp_path: Path, mode: str
+) -> None:
+    envs = faulty_vec(3, bad=2, fault="raise", fault_at=30, mode=mode)
+    trainer = dqn_trainer(
+        envs, checkpoint_dir=str(tmp_path), step_per_epoch=60, step_per_collect=30
+    )
+    next(trainer)
+    with pytest.raises(EnvError) as info:
+        next(trainer)
+    message = str(info.value)
+    env_id = info.value.env_id  # a worker's env is not visible from the main process
+    assert env_id == ("FaultyEnv" if mode == "sync" else "AsyncVectorEnv")
+    assert (
+        f"sub-env 2 of {env_id!r} raised RuntimeError: the simulator crashed in step()" in message
+    )
+    assert "env step 87" in message and "epoch 2" in message and "epoch_000001" in message
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert info.value.sub_env == 2
+    assert envs.closed
+    assert not multiprocessing.active_children()  # no worker left, not even a zombie
+    assert read_manifest(find_checkpoints(tmp_path)[-1])["epoch"] == 1
+
+
+def test_a_second_trainer_on_the_same_checkpoint_dir_is_refused(tmp_path: Path) -> None:
+    first = dqn_trainer(checkpoint_dir=str(tmp_path))
+    next(first)
+    second = dqn_trainer(checkpoint_dir=str(tmp_path))
+    with pytest.raises(CheckpointError, match="in use by another trainer of this process"):
+        next(second)
+    assert second.state.epoch == 0
+    list(first)  # the first run finishes and releases the directory
+    assert not (tmp_path / LOCK_FILE).exists()
+    assert [p.name for p in find_checkpoints(tmp_path)] == [
+        "epoch_000001", "epoch_000002", "epoch_000003",
+    ]  # fmt: skip
+
+
+def test_a_live_writer_process_is_named_and_a_dead_ones_lock_is_taken_over(
+    tmp_path: Path,
+) -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = {"pid": other.pid, "host": socket.gethostname(), "token": "x", "created": "then"}
+        (tmp_path / LOCK_FILE).write_text(json.dumps(lock))
+        trainer = dqn_trainer(checkpoint_dir=str(tmp_path))
+        with pytest.raises(CheckpointError, match=f"process {other.pid} on host") as info:
+            next(trainer)
+        assert str(tmp_path / LOCK_FILE) in str(info.value)
+    finally:
+        other.kill()
+        other.wait()
+    # the process is gone: its lock is stale and taken over
+    next(trainer)
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert [p.name for p in find_checkpoints(tmp_path)] == ["epoch_000001"]

@@ -1,0 +1,152 @@
+"""A full disk fails a save with a CheckpointError and keeps the previous checkpoint;
+Ctrl-C leaves the trainer at its last complete epoch (Python) or exits 130 (CLI)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from epochtrain.checkpoint import CheckpointError, find_checkpoints, read_manifest
+from tests.faults.envs import dqn_trainer
+from tests.trainer.test_base import comparable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs when this process may mount one (root), else a plain directory; the
+    test fills it up to the last few kilobytes either way."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        == 0
+    )
+    try:
+        yield mount
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(mount)], check=False)
+
+
+def fill(disk: Path, leave: int) -> None:
+    stat = os.statvfs(disk)
+    free = stat.f_bavail * stat.f_frsize
+    with (disk / "filler").open("wb") as f:
+        f.truncate(0)
+        f.write(b"\0" * max(0, free - leave))
+
+
+def test_a_full_disk_fails_the_save_naming_the_file_and_keeps_the_previous_checkpoint(
+    small_disk: Path,
+) -> None:
+    if os.statvfs(small_disk).f_blocks * os.statvfs(small_disk).f_frsize > 1 << 30:
+        pytest.fail("no small tmpfs here: test_a_file_size_limit_... covers this machine")
+    trainer = dqn_trainer(checkpoint_dir=str(small_disk / "ckpts"))
+    next(trainer)
+    fill(small_disk, leave=8 * 1024)
+    with pytest.raises(CheckpointError, match="No space left on device") as info:
+        next(trainer)
+    assert str(small_disk / "ckpts") in str(info.value)
+    assert [p.name for p in find_checkpoints(small_disk / "ckpts")] == ["epoch_000001"]
+    assert read_manifest(small_disk / "ckpts" / "epoch_000001")["epoch"] == 1
+    assert not [p for p in (small_disk / "ckpts").iterdir() if p.name.startswith(".tmp-")]
+
+
+# Saves once, then lowers RLIMIT_FSIZE below a checkpoint's size and saves over it.
+LIMITED = """
+import resource, signal, sys
+import torch
+from epochtrain.checkpoint import CheckpointError
+from tests.faults.envs import dqn_trainer
+
+torch.set_num_threads(1)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+trainer = dqn_trainer()
+next(trainer)
+trainer.save_checkpoint(sys.argv[1])
+next(trainer)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+try:
+    trainer.save_checkpoint(sys.argv[1])
+except CheckpointError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+def test_a_file_size_limit_fails_the_save_with_a_checkpoint_error_and_keeps_the_old_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ckpt"
+    proc = subprocess.run(
+        [sys.executable, "-c", LIMITED, str(path)], cwd=ROOT, capture_output=True, timeout=120
+    )
+    assert proc.returncode == 3, proc.stderr.decode()[-2000:]
+    out = proc.stdout.decode()
+    assert "cannot write checkpoint file" in out and str(path.parent) in out
+    assert "File too large" in out
+    assert read_manifest(path)["epoch"] == 1
+
+
+def test_ctrl_c_inside_an_epoch_leaves_the_last_complete_epoch_and_save_works(
+    tmp_path: Path,
+) -> None:
+    full = [comparable(s) for s in dqn_trainer()]
+    trainer = dqn_trainer()
+    next(trainer)
+    collect, calls = trainer.train_collector.collect, [0]
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == 3:  # in the middle of epoch 2
+            raise KeyboardInterrupt
+        return collect(*args, **kwargs)
+
+    setattr(trainer.train_collector, "collect", interrupted)  # noqa: B010
+    with pytest.raises(KeyboardInterrupt):
+        next(trainer)
+    assert trainer.state.epoch == 1 and calls[0] == 3
+    path = trainer.save_checkpoint(tmp_path / "after-ctrl-c")
+    assert read_manifest(path)["epoch"] == 1
+    setattr(trainer.train_collector, "collect", collect)  # noqa: B010
+    # the rolled-back trainer continues exactly as the uninterrupted run
+    assert [comparable(s) for s in trainer] == full[1:]
+    resumed = dqn_trainer(resume_from=str(path))
+    assert [comparable(s) for s in resumed] == full[1:]
+
+
+def test_ctrl_c_in_epochtrain_train_exits_130_with_one_line_naming_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epochtrain", "train", "--algo", "dqn", "--env", "CartPole-v1",
+         "--seed", "0", "--max-epoch", "50", "--logdir", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("**/epoch_*/manifest.json")):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = err.decode()
+    lines = [line for line in text.replace("\r", "\n").splitlines() if "epochtrain" in line]
+    assert proc.returncode == 130
+    assert len(lines) == 1 and "Traceback" not in text, text  # progress bars aside
+    assert "epoch_" in lines[0] and "--resume" in lines[0]

@@ -1,0 +1,130 @@
+"""NaN and inf in env data or losses never reach a checkpoint, for an on-policy, an
+off-policy and an offline algorithm; on_nonfinite chooses raise, stop or skip."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from epochtrain.checkpoint import find_checkpoints, load_policy
+from epochtrain.errors import NonFiniteError
+from tests.faults.envs import bc_trainer, cartpole_data, dqn_trainer, faulty_vec, ppo_trainer
+
+
+def finite(policy: Any) -> bool:
+    return all(
+        bool(torch.isfinite(t).all())
+        for t in policy.state_dict().values()
+        if torch.is_tensor(t) and t.is_floating_point()
+    )
+
+
+def poison_from_epoch(trainer: Any, epoch: int) -> None:
+    """From ``epoch`` on, every learned minibatch has NaN rewards (and advantages)."""
+    process = trainer.policy.process_sample if hasattr(trainer, "train_collector") else None
+    learn = trainer.policy.learn
+
+    def poisoned(batch: Any) -> Any:
+        if trainer.state.epoch >= epoch:
+            nan = torch.full_like(batch.rew, math.nan)
+            batch = replace(batch, rew=nan, obs=batch.obs * math.nan)
+        return learn(batch)
+
+    trainer.policy.learn = poisoned
+    assert process is None or callable(process)
+
+
+MAKERS = {
+    "ppo": lambda **kw: ppo_trainer(**kw),
+    "dqn": lambda **kw: dqn_trainer(**kw),
+    "bc": lambda **kw: bc_trainer(cartpole_data(), **kw),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(MAKERS))
+def test_a_nonfinite_loss_raises_naming_the_step_and_the_last_good_checkpoint(
+    tmp_path: Path, algo: str
+) -> None:
+    trainer = MAKERS[algo](checkpoint_dir=str(tmp_path))
+    poison_from_epoch(trainer, 2)
+    next(trainer)
+    with pytest.raises(NonFiniteError, match="gradient step") as info:
+        next(trainer)
+    message = str(info.value)
+    assert "epoch_000001" in message and "optimizer" in message
+    assert finite(trainer.policy)  # the step was refused before it reached the weights
+    assert [p.name for p in find_checkpoints(tmp_path)] == ["epoch_000001"]
+
+
+@pytest.mark.parametrize("algo", sorted(MAKERS))
+def test_on_nonfinite_stop_ends_the_run_and_writes_no_checkpoint_of_that_epoch(
+    tmp_path: Path, algo: str
+) -> None:
+    trainer = MAKERS[algo](checkpoint_dir=str(tmp_path), on_nonfinite="stop")
+    poison_from_epoch(trainer, 2)
+    stats = list(trainer)
+    assert [s.epoch for s in stats] == [1, 2] and trainer.stop_reason == "nonfinite"
+    assert trainer.nonfinite_message and "gradient step" in trainer.nonfinite_message
+    assert [p.name for p in find_checkpoints(tmp_path)] == ["epoch_000001"]
+    assert finite(trainer.policy)
+
+
+@pytest.mark.parametrize("algo", sorted(MAKERS))
+def test_on_nonfinite_skip_skips_the_steps_and_keeps_every_checkpoint_finite(
+    tmp_path: Path, algo: str
+) -> None:
+    trainer = MAKERS[algo](checkpoint_dir=str(tmp_path), on_nonfinite="skip", keep_last=None)
+    poison_from_epoch(trainer, 2)
+    assert len(list(trainer)) == 3
+    assert trainer.policy.skipped_steps > 0 and finite(trainer.policy)
+    for ckpt in find_checkpoints(tmp_path):
+        fresh = MAKERS[algo]()
+        load_policy(fresh.policy, ckpt)
+        assert finite(fresh.policy)
+
+
+def test_no_checkpoint_is_written_from_nonfinite_weights(tmp_path: Path) -> None:
+    trainer = dqn_trainer(checkpoint_dir=str(tmp_path / "ckpts"))
+    next(trainer)
+    with torch.no_grad():
+        next(iter(trainer.policy.parameters()))[0] = math.nan
+    with pytest.raises(NonFiniteError, match="refusing to write") as info:
+        trainer.save_checkpoint(tmp_path / "manual")
+    assert "epoch_000001" in str(info.value)
+    assert not (tmp_path / "manual").exists()
+    with pytest.raises(NonFiniteError):
+        next(trainer)  # the periodic save refuses too
+    assert [p.name for p in find_checkpoints(tmp_path / "ckpts")] == ["epoch_000001"]
+
+
+@pytest.mark.parametrize(("fault", "what"), [("nan_obs", "observation"), ("inf_reward", "reward")])
+def test_nonfinite_env_data_names_the_sub_env_the_env_and_the_env_step(
+    tmp_path: Path, fault: str, what: str
+) -> None:
+    envs = faulty_vec(3, bad=1, fault=fault, fault_at=30, mode="sync")
+    trainer = dqn_trainer(
+        envs, checkpoint_dir=str(tmp_path), step_per_epoch=60, step_per_collect=30
+    )
+    next(trainer)  # 60 env steps: 20 per sub-env
+    with pytest.raises(NonFiniteError) as info:
+        next(trainer)
+    message = str(info.value)
+    assert f"{what} of sub-env 1 of 'FaultyEnv'" in message
+    assert "env step 87" in message and "epoch 2" in message  # 60 + 9 rows * 3 envs
+    assert [p.name for p in find_checkpoints(tmp_path)] == ["epoch_000001"]
+
+
+def test_nonfinite_env_data_with_stop_ends_the_run_without_training_on_it(tmp_path: Path) -> None:
+    envs = faulty_vec(2, bad=0, fault="nan_obs", fault_at=25, mode="sync")
+    trainer = dqn_trainer(envs, checkpoint_dir=str(tmp_path), on_nonfinite="stop")
+    stats = list(trainer)
+    assert trainer.stop_reason == "nonfinite" and [s.epoch for s in stats] == [1, 2]
+    assert "sub-env 0" in (trainer.nonfinite_message or "")
+    assert finite(trainer.policy)
+    buffer = trainer.train_collector.buffer
+    assert bool(torch.isfinite(buffer.rollout().obs_next).all())  # never stored
