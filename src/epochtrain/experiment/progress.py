@@ -28,6 +28,7 @@ class Progress:
         self._n_done = len(run_dirs) - len(pending)
         self._max_epoch = {d: spec_of(d).trainer.max_epoch for d in pending} if enabled else {}
         self._epoch: dict[Path, int] = {}
+        self._ended: set[Path] = set()  # a late event of a process run is ignored
         self._bars: dict[Path, tqdm[NoReturn]] = {}
         self._slots: list[Path | None] = []
         self._overall: tqdm[NoReturn] | None = None
@@ -57,7 +58,7 @@ class Progress:
 
     def start(self, run_dir: Path, epoch: int) -> None:
         """``run_dir``'s trainer is built, at ``epoch`` (> 0 when resumed)."""
-        if self._overall is None:
+        if self._overall is None or run_dir in self._ended:
             return
         self._epoch[run_dir] = epoch
         self._overall.total = (self._overall.total or 0) - epoch
@@ -89,6 +90,7 @@ class Progress:
         """``run_dir`` has ended and written its ``result.json``."""
         if self._overall is None:
             return
+        self._ended.add(run_dir)
         self._n_done += 1
         left = self._max_epoch.get(run_dir, 0) - self._epoch.get(run_dir, 0)
         self._overall.total = (self._overall.total or 0) - left

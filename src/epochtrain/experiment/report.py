@@ -12,7 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from epochtrain.experiment.bootstrap import FloatArray
-from epochtrain.experiment.curves import ScoreMethod, align_curves, curve_estimates
+from epochtrain.experiment.curves import (
+    CurveEstimate,
+    ScoreMethod,
+    align_curves,
+    curve_estimates,
+)
 from epochtrain.experiment.normalization import NormalizedScores, normalize_scores
 from epochtrain.experiment.results import Experiment
 from epochtrain.experiment.stats import (
@@ -134,13 +139,14 @@ def _figures(
 
     written: list[tuple[str, str]] = []
     try:
-        curves = {}
+        curves: dict[str, dict[str, CurveEstimate]] = {}
         for env in experiment.envs:
-            per_algo = experiment.curves(env)
-            runs = [curve for algo_runs in per_algo.values() for curve in algo_runs]
-            grid, _ = align_curves(runs)
-            values = {algo: align_curves(rs, grid=grid)[1] for algo, rs in per_algo.items()}
-            curves[env] = curve_estimates(values, grid, reps=reps, seed=seed)
+            curves[env] = {}
+            for algo, runs in experiment.curves(env).items():
+                # each algorithm on the grid of its own runs: its line spans all its tests
+                grid, values = align_curves(runs)
+                est = curve_estimates({algo: values}, grid, reps=reps, seed=seed)
+                curves[env][algo] = est[algo]
         figures = {"sample_efficiency.png": plots.plot_sample_efficiency(curves)}
         if norm is not None:
             summaries = aggregate_estimates(norm, reps=reps, seed=seed)

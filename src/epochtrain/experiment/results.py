@@ -95,7 +95,7 @@ class Experiment:
         result: dict[str, FloatArray] = {}
         for algo in self.algos:
             runs = {(r.env_id, r.seed): r for r in self.finished() if r.algo == algo}
-            seeds = sorted({seed for env, seed in runs if env in env_ids})
+            seeds = sorted({r.seed for r in self.runs if r.algo == algo and r.env_id in env_ids})
             missing = [
                 f"{algo}-{env}-s{seed}"
                 for env in env_ids

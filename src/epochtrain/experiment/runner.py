@@ -169,14 +169,20 @@ def _run_lockstep(run_dirs: Sequence[Path], progress: Progress) -> None:
                     progress.epoch(run_dir, trainer.state.epoch)
 
 
-def _init_worker() -> None:
+_worker_events: Any = None  # in a pool process: the queue its progress events go to
+
+
+def _init_worker(events: Any) -> None:
     import torch
 
+    global _worker_events
+    _worker_events = events
     torch.set_num_threads(1)
 
 
-def _run_in_worker(run_dir_name: str, events: Any) -> str:
-    """Run one run to its end in a pool process; progress goes to ``events``."""
+def _run_in_worker(run_dir_name: str) -> str:
+    """Run one run to its end in a pool process; progress goes to the parent's queue."""
+    events = _worker_events
     run_dir = Path(run_dir_name)
     start = time.perf_counter()
     try:
@@ -195,13 +201,12 @@ def _run_processes(run_dirs: Sequence[Path], workers: int, progress: Progress) -
     if not run_dirs:
         return
     ctx = multiprocessing.get_context("spawn")
-    with (
-        ctx.Manager() as manager,
-        ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool,
-    ):
-        events = manager.Queue()
+    events = ctx.Queue()
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(events,)
+    ) as pool:
         futures: dict[Future[str], Path] = {
-            pool.submit(_run_in_worker, os.fspath(d), events): d for d in run_dirs
+            pool.submit(_run_in_worker, os.fspath(d)): d for d in run_dirs
         }
         pending = set(futures)
         while pending:
@@ -215,7 +220,8 @@ def _run_processes(run_dirs: Sequence[Path], workers: int, progress: Progress) -
                     failed_result(run_dir, spec_of(run_dir), exc)
                     status = "failed"
                 progress.end(run_dir, failed=status != "finished")
-        _drain(events, progress)
+    _drain(events, progress)
+    events.close()
 
 
 def _drain(events: Any, progress: Progress) -> None:

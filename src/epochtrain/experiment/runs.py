@@ -131,10 +131,11 @@ def open_trainer(run_dir: Path) -> Any:
     from epochtrain.checkpoint import find_checkpoints
     from epochtrain.factory import make_trainer
 
-    spec = RunSpec.from_file(run_dir / SPEC_FILE)
+    trainer = make_trainer(RunSpec.from_file(run_dir / SPEC_FILE))
     if find_checkpoints(run_dir / CHECKPOINTS):
-        spec = spec.with_overrides({"resume_from": str(run_dir / CHECKPOINTS)})
-    return make_trainer(spec)
+        # loaded here rather than through resume_from, so the spec stays the one on disk
+        trainer.load_checkpoint(run_dir / CHECKPOINTS)
+    return trainer
 
 
 def _base(spec: RunSpec) -> dict[str, Any]:

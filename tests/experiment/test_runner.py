@@ -1,0 +1,208 @@
+"""Tests of epochtrain.experiment.runner: grids, run directories, resuming, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from epochtrain.experiment import grid, load_experiment, run_experiment
+from epochtrain.spec import RunSpec
+
+FAST = {
+    "max_epoch": 2,
+    "step_per_epoch": 64,
+    "step_per_collect": 64,
+    "repeat_per_collect": 1,
+    "num_envs": 1,
+    "num_test_envs": 1,
+    "episode_per_test": 1,
+}
+ALGOS, ENVS, SEEDS = ["ppo", "a2c"], ["CartPole-v1"], [0, 1, 2]
+
+
+def results(out: Path) -> dict[str, dict[str, object]]:
+    """Every run's result.json without its wall-clock field."""
+    found = {}
+    for path in sorted(out.glob("*/result.json")):
+        data = json.loads(path.read_text())
+        data.pop("wall_time")
+        found[path.parent.name] = data
+    return found
+
+
+@pytest.fixture(scope="module")
+def lockstep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lockstep")
+    run_experiment(grid(ALGOS, ENVS, SEEDS, **FAST), out, show_progress=False)
+    return out
+
+
+def test_grid_enumerates_algos_envs_and_seeds_with_the_overrides() -> None:
+    specs = grid(["ppo", "a2c"], ["CartPole-v1", "Acrobot-v1"], range(2), max_epoch=3)
+    assert [s.run_id for s in specs] == [
+        f"{a}-{e}-s{s}"
+        for a in ("ppo", "a2c")
+        for e in ("CartPole-v1", "Acrobot-v1")
+        for s in (0, 1)
+    ]
+    assert all(s.trainer.max_epoch == 3 for s in specs)
+    tuned = RunSpec.tuned("a2c", "Acrobot-v1", seed=1).with_overrides({"max_epoch": 3})
+    assert specs[-1] == tuned
+
+
+@pytest.mark.parametrize(
+    ("args", "overrides", "match"),
+    [
+        ((["nope"], ["CartPole-v1"], [0]), {}, "algo must be one of"),
+        ((["ppo"], ["NoSuchEnv-v0"], [0]), {}, "not a registered gymnasium env"),
+        ((["ppo"], ["CartPole-v1"], [0, 0]), {}, "seeds must not repeat"),
+        ((["ppo"], ["CartPole-v1"], []), {}, "seeds must be a non-empty list"),
+        ((["ppo"], ["CartPole-v1"], [-1]), {}, "seeds must be non-negative ints"),
+        ((["ppo"], ["CartPole-v1"], [0]), {"lrr": 1.0}, r"grid run ppo-CartPole-v1-s0: unknown"),
+    ],
+)
+def test_bad_grids_raise_value_errors_naming_the_input(
+    args: tuple[list[str], list[str], list[int]], overrides: dict[str, object], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        grid(*args, **overrides)
+
+
+def test_each_run_writes_its_directory_and_the_experiment_lists_them(lockstep_dir: Path) -> None:
+    index = json.loads((lockstep_dir / "experiment.json").read_text())
+    ids = [f"{a}-CartPole-v1-s{s}" for a in ALGOS for s in SEEDS]
+    assert index["runs"] == ids
+    for run_id in ids:
+        run_dir = lockstep_dir / run_id
+        spec = RunSpec.from_file(run_dir / "spec.toml")
+        assert spec.run_id == run_id and spec.trainer.max_epoch == 2
+        assert (run_dir / "log.jsonl").is_file()
+        assert sorted(p.name for p in (run_dir / "checkpoints").iterdir())[-1] == "epoch_000002"
+        result = json.loads((run_dir / "result.json").read_text())
+        tests = [
+            json.loads(line)
+            for line in (run_dir / "log.jsonl").read_text().splitlines()
+            if json.loads(line)["scope"] == "test"
+        ]
+        assert result["status"] == "finished" and result["stop_reason"] == "max_epoch"
+        assert result["steps"] == [float(r["step"]) for r in tests]
+        assert result["test_returns"] == [r["test/returns_stat/mean"] for r in tests]
+
+
+def test_load_experiment_gives_scores_and_curves_as_arrays(lockstep_dir: Path) -> None:
+    experiment = load_experiment(lockstep_dir)
+    assert experiment.algos == ALGOS and experiment.envs == ENVS
+    scores, envs = experiment.scores("final")
+    assert envs == ENVS and set(scores) == set(ALGOS)
+    for algo in ALGOS:
+        finals = [
+            json.loads((lockstep_dir / f"{algo}-CartPole-v1-s{s}" / "result.json").read_text())[
+                "test_returns"
+            ][-1]
+            for s in SEEDS
+        ]
+        np.testing.assert_array_equal(scores[algo][:, 0], finals)
+        assert len(experiment.curves("CartPole-v1")[algo]) == len(SEEDS)
+    best, _ = experiment.scores("best")
+    assert np.all(best["ppo"] >= scores["ppo"])
+
+
+def test_re_running_skips_finished_runs(lockstep_dir: Path) -> None:
+    before = {p: p.stat().st_mtime_ns for p in lockstep_dir.glob("*/result.json")}
+    run_experiment(grid(ALGOS, ENVS, SEEDS, **FAST), lockstep_dir, show_progress=False)
+    assert {p: p.stat().st_mtime_ns for p in lockstep_dir.glob("*/result.json")} == before
+
+
+def test_a_run_with_other_settings_in_the_same_directory_is_refused(lockstep_dir: Path) -> None:
+    changed = grid(["ppo"], ENVS, [0], **{**FAST, "step_per_epoch": 128})
+    with pytest.raises(ValueError, match=r"other settings \(trainer.step_per_epoch: 64 there"):
+        run_experiment(changed, lockstep_dir, show_progress=False)
+
+
+def test_a_failing_run_is_recorded_and_the_others_go_on(
+    tmp_path: Path, lockstep_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import epochtrain.experiment.runner as runner
+
+    real_open = runner.open_trainer
+
+    def open_or_fail(run_dir: Path) -> object:
+        if run_dir.name.endswith("-s1"):
+            raise RuntimeError("boom")
+        return real_open(run_dir)
+
+    monkeypatch.setattr(runner, "open_trainer", open_or_fail)
+    specs = grid(["ppo"], ENVS, SEEDS, **FAST)
+    experiment = run_experiment(specs, tmp_path, show_progress=False)
+    status = {r.run_id: (r.status, r.error) for r in experiment.runs}
+    assert status["ppo-CartPole-v1-s1"] == ("failed", "RuntimeError: boom")
+    assert status["ppo-CartPole-v1-s0"][0] == status["ppo-CartPole-v1-s2"][0] == "finished"
+    with pytest.raises(ValueError, match=r"lacks finished runs \['ppo-CartPole-v1-s1'\]"):
+        experiment.scores()
+    monkeypatch.setattr(runner, "open_trainer", real_open)  # the next attempt succeeds
+    run_experiment(specs, tmp_path, show_progress=False)
+    ppo = {k: v for k, v in results(lockstep_dir).items() if k.startswith("ppo")}
+    assert results(tmp_path) == ppo
+
+
+def test_load_experiment_refuses_empty_and_foreign_directories(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is not an experiment directory"):
+        load_experiment(tmp_path)
+    (tmp_path / "experiment.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="is not an epochtrain experiment index"):
+        load_experiment(tmp_path)
+
+
+def test_run_experiment_refuses_bad_arguments(tmp_path: Path) -> None:
+    specs = grid(["ppo"], ENVS, [0], **FAST)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        run_experiment(specs, tmp_path, backend="threads")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="workers must be a positive int"):
+        run_experiment(specs, tmp_path, workers=0)
+    with pytest.raises(ValueError, match="specs must be a non-empty list of RunSpec"):
+        run_experiment([], tmp_path)
+    with pytest.raises(ValueError, match="distinct run ids"):
+        run_experiment(specs * 2, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_process_backend_writes_the_same_results(tmp_path: Path, lockstep_dir: Path) -> None:
+    specs = grid(ALGOS, ENVS, SEEDS, **FAST)
+    run_experiment(specs, tmp_path, backend="processes", workers=2, show_progress=False)
+    assert results(tmp_path) == results(lockstep_dir)
+
+
+SWEEP_SCRIPT = """
+import sys
+from epochtrain.experiment import grid, run_experiment
+if __name__ == "__main__":
+    fast = {fast!r}
+    run_experiment(grid({algos!r}, {envs!r}, {seeds!r}, **fast), sys.argv[1], show_progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_to_the_same_results(tmp_path: Path, lockstep_dir: Path) -> None:
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP_SCRIPT.format(fast=FAST, algos=ALGOS, envs=ENVS, seeds=SEEDS))
+    out = tmp_path / "exp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], env=env)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*/checkpoints/epoch_000001/manifest.json")):
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(list(out.glob("*/result.json"))) < len(ALGOS) * len(SEEDS)  # killed mid-way
+    run_experiment(grid(ALGOS, ENVS, SEEDS, **FAST), out, show_progress=False)
+    assert results(out) == results(lockstep_dir)
