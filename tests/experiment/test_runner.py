@@ -164,7 +164,7 @@ def test_load_experiment_refuses_empty_and_foreign_directories(tmp_path: Path) -
 def test_run_experiment_refuses_bad_arguments(tmp_path: Path) -> None:
     specs = grid(["ppo"], ENVS, [0], **FAST)
     with pytest.raises(ValueError, match="backend must be one of"):
-        run_experiment(specs, tmp_path, backend="threads")  # type: ignore[arg-type]
+        run_experiment(specs, tmp_path, backend="threads")
     with pytest.raises(ValueError, match="workers must be a positive int"):
         run_experiment(specs, tmp_path, workers=0)
     with pytest.raises(ValueError, match="specs must be a non-empty list of RunSpec"):

@@ -1,0 +1,124 @@
+"""Tests of epochtrain.experiment.cli: the sweep and compare subcommands' functions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from epochtrain.experiment import grid, run_experiment
+from epochtrain.experiment.cli import (
+    add_compare_parser,
+    add_sweep_parser,
+    parse_seeds,
+    run_compare,
+    run_sweep,
+)
+
+FAST = {
+    "max_epoch": 2,
+    "step_per_epoch": 64,
+    "step_per_collect": 64,
+    "repeat_per_collect": 1,
+    "num_envs": 1,
+    "num_test_envs": 1,
+    "episode_per_test": 1,
+}
+FAST_FLAGS = [
+    "--max-epoch", "2", "--step-per-epoch", "64", "--step-per-collect", "64",
+    "--repeat-per-collect", "1", "--num-envs", "1", "--num-test-envs", "1",
+    "--episode-per-test", "1",
+]  # fmt: skip
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="epochtrain")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_sweep_parser(sub)
+    add_compare_parser(sub)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def experiment_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("exp")
+    run_experiment(grid(["ppo", "a2c"], ["CartPole-v1"], [0, 1], **FAST), out, show_progress=False)
+    return out
+
+
+def test_seeds_are_lists_ranges_or_both() -> None:
+    assert parse_seeds(["0-3"]) == [0, 1, 2, 3]
+    assert parse_seeds(["5", "1,2", "2-3"]) == [5, 1, 2, 3]
+    with pytest.raises(ValueError, match="--seeds 'x'"):
+        parse_seeds(["x"])
+    with pytest.raises(ValueError, match="range is empty"):
+        parse_seeds(["3-1"])
+
+
+def test_sweep_runs_the_grid_its_flags_describe(
+    tmp_path: Path, experiment_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(
+        [
+            "sweep",
+            "--algo",
+            "ppo",
+            "--seeds",
+            "0",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            *FAST_FLAGS,
+        ]
+    )
+    assert run_sweep(args) == 0
+    assert "1/1 runs finished" in capsys.readouterr().out
+    made = json.loads((tmp_path / "ppo-CartPole-v1-s0" / "result.json").read_text())
+    same = json.loads((experiment_dir / "ppo-CartPole-v1-s0" / "result.json").read_text())
+    assert made["test_returns"] == same["test_returns"]  # the flags built the same spec
+
+
+def test_sweep_reports_bad_input_in_one_line_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(["sweep", "--algo", "ppo", "--env", "NoSuchEnv-v0", "--out", str(tmp_path)])
+    assert run_sweep(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("epochtrain sweep: error: env_id 'NoSuchEnv-v0'") and err.count("\n") == 1
+
+
+def test_compare_prints_the_table_and_writes_the_report(
+    tmp_path: Path, experiment_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib", reason="the figures need the optional extra epochtrain[plot]")
+    args = parse(
+        [
+            "compare",
+            str(experiment_dir),
+            "--reps",
+            "200",
+            "--out",
+            str(tmp_path),
+            "--random",
+            "CartPole-v1=20",
+        ]
+    )
+    assert run_compare(args) == 0
+    out = capsys.readouterr().out
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| CartPole-v1 |")]
+    assert [row[1] for row in rows] == ["ppo", "a2c", "20.0"]  # two algorithms, then random
+    assert rows[0][-1] == "2 |" and rows[2][2] == "475.0 |"  # runs; the reward threshold
+    assert "| ppo vs a2c |" in out
+    assert (tmp_path / "report.md").read_text().strip() == out.strip()
+    for name in ("sample_efficiency", "aggregate_intervals", "performance_profiles"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 5_000
+
+
+def test_compare_refuses_an_empty_or_foreign_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_compare(parse(["compare", str(tmp_path)])) == 2
+    assert "is not an experiment directory" in capsys.readouterr().err
+    assert run_compare(parse(["compare", str(tmp_path / "missing")])) == 2
