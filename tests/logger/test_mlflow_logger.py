@@ -83,7 +83,7 @@ def test_a_resumed_trainer_continues_the_run_and_writes_no_step_twice(tmp_path: 
     trainer.save_checkpoint(ckpt / "epoch_2")
     next(trainer)  # logged, then the process "dies" (no close: the run stays RUNNING)
     resumed_logger = make(tmp_path, artifact_dir=ckpt)
-    resumed = build("off", max_epoch=4, logger=resumed_logger, resume_from=ckpt / "epoch_2")
+    resumed = build("off", max_epoch=4, logger=resumed_logger, resume_from=str(ckpt / "epoch_2"))
     resumed.run()
     resumed_logger.close()
     assert resumed_logger.run_id == logger.run_id
@@ -95,10 +95,22 @@ def test_a_resumed_trainer_continues_the_run_and_writes_no_step_twice(tmp_path: 
     for tag in ("update/loss", "train/n_collected_steps", "test/returns_stat/mean"):
         steps = [step for step, _ in history(tmp_path, logger.run_id, tag)]
         assert steps == sorted(set(steps)), tag
-        assert steps[-1] == (resumed.gradient_step if tag == "update/loss" else resumed.env_step)
+        assert steps[-1] == (
+            resumed.state.gradient_step if tag == "update/loss" else resumed.state.env_step
+        )
     artifacts = [a.path for a in client.list_artifacts(logger.run_id, "checkpoints")]
     assert artifacts == ["checkpoints/epoch_2"]
     assert client.get_run(logger.run_id).info.status == "FINISHED"
+
+
+def test_a_video_is_stored_as_an_artifact(tmp_path: Path) -> None:
+    video = tmp_path / "epoch_0002.mp4"
+    video.write_bytes(b"not decoded by MLflow")
+    with make(tmp_path) as logger:
+        logger.log_video(video, 1000)
+    artifacts = store(tmp_path).list_artifacts(logger.run_id, "test/video")
+    assert [a.path for a in artifacts] == ["test/video/epoch_0002.mp4"]
+    assert logger.written_step("test") == 1000
 
 
 def test_a_logger_that_never_logged_creates_no_run(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ Each test runs W&B in offline mode inside ``tmp_path`` and reads the local run f
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,12 @@ pytest.importorskip("wandb", reason="the wandb extra is not installed")
 from epochtrain.extras import MissingExtraError
 from epochtrain.logger import WandbLogger
 from epochtrain.logger.wandb import STEP_METRICS
-from epochtrain.logger.wandb_files import LocalRun, local_run_dirs, read_local_run
+from epochtrain.logger.wandb_files import LocalRun, local_run_dirs, read_local_run, wandb_records
 from epochtrain.stats import InfoStats
 from tests.trainer.tiny import build
+
+MP4 = bytes.fromhex("0000001c667479706973736f6d0000020069736f6d69736f32617663310000000866726565")
+"""The first bytes of an mp4 (``ftyp`` box): W&B stores the file, it does not decode it."""
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +38,20 @@ def make(tmp_path: Path, **kwargs: Any) -> WandbLogger:
     return WandbLogger(project="tests", dir=tmp_path, mode="offline", **kwargs)
 
 
+def finished(run_dir: Path, timeout: float = 20.0) -> LocalRun:
+    """The run once its file is complete: W&B's service process may still be writing the
+    ``.wandb`` file for a moment after ``run.finish()`` returns."""
+    deadline = time.monotonic() + timeout
+    while True:
+        (path,) = run_dir.glob("run-*.wandb")
+        kinds = {record.WhichOneof("record_type") for record in wandb_records(path)}
+        if "exit" in kinds or time.monotonic() > deadline:
+            return read_local_run(run_dir)
+        time.sleep(0.05)
+
+
 def runs(tmp_path: Path) -> list[LocalRun]:
-    return [read_local_run(d) for d in local_run_dirs(tmp_path / "wandb")]
+    return [finished(d) for d in local_run_dirs(tmp_path / "wandb")]
 
 
 def steps(runs: list[LocalRun], tag: str) -> list[int]:
@@ -85,8 +101,9 @@ def test_a_resumed_trainer_writes_no_step_twice_even_after_a_crash(tmp_path: Pat
     trainer.save_checkpoint(tmp_path / "ckpt")
     next(trainer)  # logged, then the process "dies"
     logger.close()
+    runs(tmp_path)  # wait until W&B's service has written the first process's file
     resumed_logger = make(tmp_path)
-    resumed = build("off", max_epoch=4, logger=resumed_logger, resume_from=tmp_path / "ckpt")
+    resumed = build("off", max_epoch=4, logger=resumed_logger, resume_from=str(tmp_path / "ckpt"))
     resumed.run()
     resumed_logger.close()
     both = runs(tmp_path)
@@ -96,7 +113,22 @@ def test_a_resumed_trainer_writes_no_step_twice_even_after_a_crash(tmp_path: Pat
     for tag in ("update/loss", "train/n_collected_steps", "test/returns_stat/mean"):
         points = steps(both, tag)
         assert points == sorted(set(points)), tag
-        assert points[-1] == (resumed.gradient_step if tag == "update/loss" else resumed.env_step)
+        assert points[-1] == (
+            resumed.state.gradient_step if tag == "update/loss" else resumed.state.env_step
+        )
+
+
+def test_a_video_is_logged_as_a_wandb_video_at_its_env_step(tmp_path: Path) -> None:
+    video = tmp_path / "clip.mp4"
+    video.write_bytes(MP4)
+    with make(tmp_path) as logger:
+        logger.log_video(video, 1000)
+    (run,) = runs(tmp_path)
+    (row,) = [row for row in run.history if "test/video" in row]
+    assert row["test/env_step"] == 1000
+    assert row["test/video"]["_type"] == "video-file"
+    assert row["test/video"]["path"].endswith(".mp4")
+    assert logger.written_step("test") == 1000
 
 
 def test_a_checkpoint_from_another_logger_names_the_problem(tmp_path: Path) -> None:

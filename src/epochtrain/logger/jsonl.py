@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from typing import ClassVar
 
-from epochtrain.logger.base import Scope
+from epochtrain.logger.base import Scope, video_scope
 from epochtrain.logger.file import LineFileLogger
 
 __all__ = ["JSONLLogger"]
@@ -36,6 +37,17 @@ class JSONLLogger(LineFileLogger):
             record[tag] = value if math.isfinite(value) else None  # strict JSON has no NaN
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
+
+    def log_video(
+        self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
+    ) -> None:
+        """Write one line ``{"scope": "test", "step": step, "test/video": "<path>"}`` (the
+        only record whose tag holds a string)."""
+        scope = video_scope(tag)
+        record = {"scope": scope, "step": step, tag: os.fspath(path)}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        self._mark_written(scope, step)
 
     def _scope_and_step(self, line: str) -> tuple[str, float] | None:
         try:

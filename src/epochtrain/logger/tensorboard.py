@@ -23,7 +23,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from epochtrain.logger.base import SCOPES, BaseLogger, Scope
+from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
 
 __all__ = ["TensorboardLogger"]
 
@@ -87,6 +87,15 @@ class TensorboardLogger(BaseLogger):
         writer = self.writer
         for tag, value in data.items():
             writer.add_scalar(tag, value, global_step=step)
+
+    def log_video(
+        self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
+    ) -> None:
+        """Write the video's path as text under ``tag`` at ``step`` (TensorBoard's own
+        ``add_video`` needs moviepy, which epochtrain does not install)."""
+        scope = video_scope(tag)
+        self.writer.add_text(tag, os.fspath(path), global_step=step)
+        self._mark_written(scope, step)
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore the position and drop the event files' points past it."""

@@ -14,6 +14,7 @@ run on resume, to know which steps they already wrote; tests read runs back with
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from epochtrain.extras import require
 __all__ = ["LocalRun", "local_run_dirs", "read_local_run", "wandb_records"]
 
 _BLOCK, _HEADER = 32768, 7
+_RUN_DIR = re.compile(r"(?:offline-)?run-(?P<time>\d{8}_\d{6})-(?P<id>.+?)(?:-(?P<n>\d+))?")
 _FULL, _LAST = 1, 4
 
 
@@ -81,18 +83,30 @@ def read_local_run(run_dir: Path) -> LocalRun:
         elif kind == "metric" and record.metric.step_metric:
             run.step_metrics[record.metric.glob_name] = record.metric.step_metric
         elif kind == "history":
-            run.history.append(
-                {
-                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                    for item in record.history.item
-                }
-            )
+            row: dict[str, Any] = {}
+            for item in record.history.item:
+                _set_nested(row, [item.key] if item.key else list(item.nested_key), item)
+            run.history.append(row)
     return run
+
+
+def _set_nested(row: dict[str, Any], keys: list[str], item: Any) -> None:
+    """``row[k0][k1]... = value``: a media entry (``wandb.Video``) is a dict of fields."""
+    for key in keys[:-1]:
+        row = row.setdefault(key, {})
+    row[keys[-1]] = json.loads(item.value_json)
 
 
 def local_run_dirs(wandb_dir: Path, run_id: str | None = None) -> list[Path]:
     """Run directories (online and offline) under ``wandb_dir`` (the ``wandb/`` folder),
-    oldest first; only those of ``run_id`` if given."""
-    suffix = f"-{run_id}" if run_id is not None else ""
-    dirs = [*wandb_dir.glob(f"run-*{suffix}"), *wandb_dir.glob(f"offline-run-*{suffix}")]
-    return sorted((d for d in dirs if d.is_dir()), key=lambda d: d.name.split("run-", 1)[1])
+    oldest first; only those of ``run_id`` if given.
+
+    A directory is ``[offline-]run-<YYYYmmdd_HHMMSS>-<id>``, with ``-<n>`` appended when
+    a process of the same run started within the same second.
+    """
+    found = []
+    for path in wandb_dir.glob("*run-*"):
+        match = _RUN_DIR.fullmatch(path.name)
+        if match and path.is_dir() and (run_id is None or match["id"] == run_id):
+            found.append((match["time"], int(match["n"] or 0), path))
+    return [path for *_, path in sorted(found)]

@@ -1,0 +1,238 @@
+"""Videos of a policy's episodes: :func:`record_video` and the :class:`VideoRecorder` hook.
+
+Frames come from a single env made with ``render_mode="rgb_array"`` and are written as
+mp4 (H.264) by imageio through imageio-ffmpeg, which bundles its own ffmpeg binary; no
+moviepy, no system ffmpeg. Headless machines work: where pygame renders (classic-control
+tasks), ``SDL_VIDEODRIVER`` defaults to ``dummy``, so no display is opened.
+
+The episode runs in an env of its own, seeded by the caller and never by the trainer's
+random streams, with deterministic actions and no gradient: recording a video changes
+nothing in the run it watches.
+
+Needs the ``video`` extra (``pip install 'epochtrain[video]'``: imageio, imageio-ffmpeg,
+pygame).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from epochtrain.data.collector import Actor, ObsTransform
+from epochtrain.extras import require
+from epochtrain.logger.base import video_scope
+from epochtrain.trainer.hooks import TrainerHook
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.base import BaseTrainer
+
+__all__ = ["VideoRecorder", "record_video"]
+
+
+def _batched(obs: Any) -> Any:
+    """One observation as a batch of one (dict observations key by key)."""
+    if isinstance(obs, Mapping):
+        return {k: _batched(v) for k, v in obs.items()}
+    return np.expand_dims(np.asarray(obs), 0)
+
+
+def _as_tensor(obs: Any) -> Any:
+    if isinstance(obs, Mapping):
+        return {k: _as_tensor(v) for k, v in obs.items()}
+    return torch.as_tensor(obs)
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def record_video(
+    policy: Actor,
+    env_id: str,
+    path: str | os.PathLike[str],
+    *,
+    episodes: int = 1,
+    seed: int = 0,
+    obs_transform: ObsTransform | None = None,
+    fps: int | None = None,
+    max_steps: int | None = None,
+) -> Path:
+    """Run ``episodes`` deterministic episodes of ``policy`` on ``env_id`` and write them,
+    one after the other, to the mp4 file ``path``; returns the path.
+
+    :param policy: any :class:`~epochtrain.Policy` (``act`` with ``deterministic=True``).
+    :param env_id: a gymnasium id whose env renders ``rgb_array`` frames.
+    :param path: the mp4 file to write (parent directories are created).
+    :param episodes: episodes to record; episode ``i`` is reset with ``seed + i``.
+    :param seed: seed of the first episode.
+    :param obs_transform: the observation map the policy was trained with (e.g. the
+        test collector's ``obs_transform`` set by ``ObservationNormalizer``); called with
+        ``update=False``.
+    :param fps: frames per second of the video; ``None``: the env's ``render_fps``
+        (30 if it declares none).
+    :param max_steps: stop an episode after this many env steps (``None``: the env's own
+        time limit).
+    """
+    imageio = require("imageio.v2", extra="video")
+    require("imageio_ffmpeg", extra="video")
+    _positive_int("episodes", episodes)
+    if max_steps is not None:
+        _positive_int("max_steps", max_steps)
+    if fps is not None:
+        _positive_int("fps", fps)
+    out = Path(path)
+    if out.suffix.lower() != ".mp4":
+        raise ValueError(f"path must end in .mp4, got {os.fspath(path)!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame: no window, no display
+    try:
+        env = gym.make(env_id, render_mode="rgb_array")
+    except gym.error.Error as exc:
+        raise ValueError(
+            f"env_id {env_id!r} cannot be made with render_mode='rgb_array' ({exc})"
+        ) from exc
+    rate = fps if fps is not None else int(env.metadata.get("render_fps") or 30)
+    # macro_block_size=2: H.264 needs even sides; 16 (the default) would rescale CartPole
+    writer = imageio.get_writer(out, fps=rate, codec="libx264", macro_block_size=2)
+    try:
+        for episode in range(episodes):
+            _record_episode(policy, env, writer, seed + episode, obs_transform, max_steps)
+    finally:
+        writer.close()
+        env.close()
+    return out
+
+
+def _record_episode(
+    policy: Actor,
+    env: gym.Env[Any, Any],
+    writer: Any,
+    seed: int,
+    obs_transform: ObsTransform | None,
+    max_steps: int | None,
+) -> None:
+    obs, _ = env.reset(seed=seed)
+    steps = 0
+    with torch.inference_mode():
+        while True:
+            frame = env.render()
+            if not isinstance(frame, np.ndarray):
+                raise ValueError(
+                    f"{env.spec.id if env.spec else env} rendered {type(frame).__name__}, "
+                    "not an rgb_array frame: it cannot be recorded"
+                )
+            writer.append_data(frame)
+            batch = _batched(obs)
+            if obs_transform is not None:
+                batch = obs_transform(batch, False)
+            act, _ = policy.act(policy.to_tensor(_as_tensor(batch)), True)
+            obs, _, terminated, truncated, _ = env.step(act.cpu().numpy()[0])
+            steps += 1
+            if terminated or truncated or (max_steps is not None and steps >= max_steps):
+                frame = env.render()
+                if isinstance(frame, np.ndarray):
+                    writer.append_data(frame)
+                return
+
+
+class VideoRecorder(TrainerHook):
+    """Record a test episode as mp4 every ``every`` epochs and hand it to the logger.
+
+    After the test step (``test_end``) of every epoch divisible by ``every`` (and of epoch
+    0 with ``test_before_train``), one deterministic episode of the trainer's policy runs
+    in a single env made from the test envs' id with ``render_mode="rgb_array"``, is
+    written to ``directory/epoch_<epoch>.mp4``, and goes to
+    ``trainer.logger.log_video(path, env_step, tag=tag)`` (W&B shows the video, MLflow
+    stores it as an artifact, TensorBoard and JSONL keep the path).
+
+    :param directory: where the mp4 files go; created if missing.
+    :param every: epochs between two videos.
+    :param env_id: the env to record; ``None``: the test envs' id.
+    :param seed: episode seed of the video at epoch ``e`` is ``seed + e`` (the trainer's
+        random streams are not touched).
+    :param fps: frames per second (``None``: the env's ``render_fps``).
+    :param max_steps: cut the episode after this many env steps (``None``: no cut).
+    :param tag: the logger tag of the videos (its scope counts env steps).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        every: int = 1,
+        env_id: str | None = None,
+        seed: int = 0,
+        fps: int | None = None,
+        max_steps: int | None = None,
+        tag: str = "test/video",
+    ) -> None:
+        require("imageio.v2", extra="video")
+        if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+            raise ValueError(f"directory must be a non-empty path, got {directory!r}")
+        self.directory = Path(directory)
+        self.every = _positive_int("every", every)
+        video_scope(tag)
+        self.env_id, self.seed, self.fps, self.max_steps, self.tag = (
+            env_id,
+            seed,
+            fps,
+            max_steps,
+            tag,
+        )
+        self.videos: list[Path] = []
+        """Every video written so far, in order (kept across a resume)."""
+        self._trainer: BaseTrainer[Any] | None = None
+
+    def register(self, trainer: BaseTrainer[Any]) -> None:
+        """Record at ``test_end``; the trainer needs a test collector."""
+        test = trainer.test_collector
+        if test is None:
+            raise ValueError("VideoRecorder needs a trainer with a test_collector")
+        if self.env_id is None:
+            spec = test.env.spec
+            if spec is None:
+                raise ValueError(
+                    "VideoRecorder: the test envs have no gymnasium spec to take an id from; "
+                    "pass env_id='...'"
+                )
+            self.env_id = spec.id
+        self._trainer = trainer
+        trainer.register_op("test_end", self._on_test)
+
+    def _on_test(self, stats: object) -> None:
+        assert self._trainer is not None and self.env_id is not None
+        info = self._trainer.info_stat()
+        if info.epoch % self.every:
+            return
+        test = self._trainer.test_collector
+        path = record_video(
+            self._trainer.policy,
+            self.env_id,
+            self.directory / f"epoch_{info.epoch:04d}.mp4",
+            seed=self.seed + info.epoch,
+            obs_transform=test.obs_transform if test is not None else None,
+            fps=self.fps,
+            max_steps=self.max_steps,
+        )
+        self.videos.append(path)
+        self._trainer.logger.log_video(path, info.env_step, tag=self.tag)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The paths of the videos written so far."""
+        return {"videos": [os.fspath(p) for p in self.videos]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the list of videos."""
+        self.videos = [Path(p) for p in state["videos"]]
+
+    def reset(self) -> None:
+        """Forget the videos of the previous run (the files stay)."""
+        self.videos = []

@@ -1,0 +1,116 @@
+"""record_video and the VideoRecorder hook: mp4 files read back frame by frame, headless."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
+pytest.importorskip("pygame", reason="the video extra is not installed")
+
+import imageio.v3 as iio
+
+from epochtrain.extras import MissingExtraError
+from epochtrain.logger import JSONLLogger
+from epochtrain.trainer.video import VideoRecorder, record_video
+from tests.trainer.tiny import TinyPolicy, build, make_envs
+
+
+@pytest.fixture(autouse=True)
+def headless(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+
+
+def episode_lengths(policy: TinyPolicy, seeds: list[int], max_steps: int) -> list[int]:
+    """Lengths (cut at ``max_steps``) of deterministic CartPole episodes of ``policy``,
+    replayed without a video."""
+    env = gym.make("CartPole-v1")
+    lengths = []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        done, n = False, 0
+        while not done and n < max_steps:
+            with torch.no_grad():
+                act, _ = policy.act(torch.as_tensor(obs[None]), True)
+            obs, _, terminated, truncated, _ = env.step(int(act[0]))
+            done, n = terminated or truncated, n + 1
+        lengths.append(n)
+    return lengths
+
+
+def test_record_video_writes_every_frame_of_each_episode(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    policy = TinyPolicy(make_envs(1))
+    path = record_video(
+        policy, "CartPole-v1", tmp_path / "v" / "cartpole.mp4", episodes=3, seed=3, max_steps=60
+    )
+    assert path == tmp_path / "v" / "cartpole.mp4"
+    frames = iio.imread(path, index=None)
+    lengths = episode_lengths(policy, [3, 4, 5], max_steps=60)
+    assert frames.shape == (sum(lengths) + 3, 400, 600, 3)  # each step, plus each final frame
+    assert frames.mean() > 100  # CartPole's white background, not an empty video
+    assert iio.immeta(path)["fps"] == 50  # CartPole's render_fps
+
+
+def test_record_video_validates_its_arguments(tmp_path: Path) -> None:
+    policy = TinyPolicy(make_envs(1))
+    with pytest.raises(ValueError, match=r"path must end in \.mp4"):
+        record_video(policy, "CartPole-v1", tmp_path / "video.gif")
+    with pytest.raises(ValueError, match="episodes must be an int >= 1"):
+        record_video(policy, "CartPole-v1", tmp_path / "v.mp4", episodes=0)
+    with pytest.raises(ValueError, match="cannot be made with render_mode"):
+        record_video(policy, "NoSuchEnv-v0", tmp_path / "v.mp4")
+
+
+def test_video_recorder_records_every_k_epochs_and_changes_nothing_in_the_run(
+    tmp_path: Path,
+) -> None:
+    recorder = VideoRecorder(tmp_path / "videos", every=2, max_steps=30)
+    with JSONLLogger(tmp_path / "log.jsonl") as logger:
+        trainer = build("off", max_epoch=4, hooks=[recorder], logger=logger)
+        with_video = list(trainer)
+    plain = list(build("off", max_epoch=4))
+    for a, b in zip(with_video, plain, strict=True):
+        assert a.test_collect_stat is not None and b.test_collect_stat is not None
+        assert np.array_equal(a.test_collect_stat.returns, b.test_collect_stat.returns)
+        assert a.training_stat is not None and b.training_stat is not None
+        assert a.training_stat.loss == b.training_stat.loss
+    assert recorder.videos == [tmp_path / "videos" / f"epoch_{e:04d}.mp4" for e in (2, 4)]
+    assert all(len(iio.imread(p, index=None)) == 31 for p in recorder.videos)  # cut + last
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    logged = [(r["step"], r["test/video"]) for r in records if "test/video" in r]
+    env_steps = [s.info_stat.env_step for s in with_video]
+    assert logged == [
+        (env_steps[1], str(recorder.videos[0])),
+        (env_steps[3], str(recorder.videos[1])),
+    ]
+    assert recorder.state_dict() == {"videos": [str(p) for p in recorder.videos]}
+
+
+def test_video_recorder_needs_a_test_collector_and_a_positive_period(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="every must be an int >= 1"):
+        VideoRecorder(tmp_path, every=0)
+    with pytest.raises(ValueError, match="needs a trainer with a test_collector"):
+        build("off", test_collector=None, hooks=[VideoRecorder(tmp_path)])
+
+
+def test_without_imageio_the_error_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "imageio.v2", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[video\]'"):
+        VideoRecorder(tmp_path)
+
+
+def test_video_recorder_state_round_trips(tmp_path: Path) -> None:
+    recorder = VideoRecorder(tmp_path)
+    recorder.load_state_dict({"videos": ["a.mp4", "b.mp4"]})
+    assert recorder.videos == [Path("a.mp4"), Path("b.mp4")]
+    recorder.reset()
+    assert recorder.videos == []
