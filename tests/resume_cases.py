@@ -1,4 +1,4 @@
-"""Tiny seeded runs of every algorithm in ``DEFAULTS``, for the resume contract tests.
+"""Tiny seeded runs of every registered algorithm (``ALGORITHMS``), for the resume contract tests.
 
 Also the worker the tests start in a fresh process:
 ``python -m tests.resume_cases OUT_DIR ALGO...`` resumes each ``OUT_DIR/ALGO/ckpt``,
@@ -18,8 +18,8 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from epochtrain import Collector, ReplayBuffer, make_trainer
-from epochtrain.factory import DEFAULTS
-from epochtrain.trainer import BaseTrainer, OfflineTrainer, OnpolicyTrainer
+from epochtrain.registry import ALGORITHMS
+from epochtrain.trainer import BaseTrainer
 from tests.trainer.test_base import comparable
 
 N_EPOCHS = 2
@@ -30,7 +30,7 @@ ENVS = ("CartPole-v1", "Pendulum-v1")
 
 def env_for(algo: str) -> str:
     """The first classic-control env whose action space the algorithm accepts."""
-    spec = DEFAULTS[algo]
+    spec = ALGORITHMS[algo]
     for env_id in ENVS:
         env = gym.make(env_id)
         try:
@@ -71,7 +71,7 @@ class _NoPolicy:
 
 def build(algo: str, data_dir: Path, **extra: Any) -> BaseTrainer[Any]:
     """A tiny trainer of ``algo``: 2 * N_EPOCHS short epochs, 2 test episodes each."""
-    spec = DEFAULTS[algo]
+    kind = ALGORITHMS[algo].kind
     env_id = env_for(algo)
     kw: dict[str, Any] = {
         "max_epoch": 2 * N_EPOCHS,
@@ -80,10 +80,10 @@ def build(algo: str, data_dir: Path, **extra: Any) -> BaseTrainer[Any]:
         "num_test_envs": 2,
         "episode_per_test": 2,
     }
-    if spec.trainer_cls is OfflineTrainer:
+    if kind == "offline":
         kw.update(step_per_epoch=16, batch_size=16)
         kw["buffer"] = ReplayBuffer.load(data_dir / f"{env_id}.buffer")
-    elif spec.trainer_cls is OnpolicyTrainer:
+    elif kind == "onpolicy":
         kw.update(num_envs=2, step_per_epoch=64, step_per_collect=32, episode_per_collect=None)
         kw.update(batch_size=16, repeat_per_collect=2, buffer_size=None)
     else:
@@ -102,7 +102,7 @@ def main(argv: list[str]) -> None:
     torch.set_num_threads(int(os.environ.get("EPOCHTRAIN_TEST_THREADS", "1")))
     out = Path(argv[0])
     for algo in argv[1:]:
-        trainer = build(algo, out, resume_from=out / algo / "ckpt")
+        trainer = build(algo, out, resume_from=str(out / algo / "ckpt"))
         torch.save(snapshot(trainer, list(trainer)), out / algo / "resumed.pt")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-from epochtrain import make_trainer
+from epochtrain import RunSpec, make_trainer
 from epochtrain.checkpoint import (
     MANIFEST,
     CheckpointError,
@@ -18,7 +18,7 @@ from epochtrain.checkpoint import (
     resolve_checkpoint,
 )
 from epochtrain.data import Collector, ReplayBuffer
-from epochtrain.trainer import OffpolicyTrainer
+from epochtrain.trainer import OffpolicyParams, OffpolicyTrainer
 from tests.trainer.test_base import comparable
 from tests.trainer.tiny import TinyPolicy, build
 
@@ -45,14 +45,15 @@ def test_checkpoint_directory_layout_and_manifest(tmp_path: Path) -> None:
     manifest = read_manifest(path)
     assert manifest["format"] == "epochtrain-checkpoint" and manifest["format_version"] == 1
     assert set(manifest["versions"]) >= {"epochtrain", "torch", "gymnasium"}
-    assert (manifest["epoch"], manifest["env_step"]) == (1, trainer.env_step)
-    assert manifest["gradient_step"] == trainer.gradient_step
+    assert (manifest["epoch"], manifest["env_step"]) == (1, trainer.state.env_step)
+    assert manifest["gradient_step"] == trainer.state.gradient_step
+    spec = manifest["spec"]  # the whole run spec, from which the run can be rebuilt
+    assert (spec["algo"], spec["env_id"], spec["trainer"]["seed"]) == ("dqn", "CartPole-v1", 4)
+    assert spec["trainer"]["step_per_epoch"] == 32 and spec["trainer"]["warmup_steps"] == 16
+    assert RunSpec.from_dict(spec) == RunSpec.from_dict(manifest["settings"])
     config = manifest["config"]
-    assert (config["algo"], config["env_id"], config["seed"]) == ("dqn", "CartPole-v1", 4)
     assert (config["trainer"], config["policy"]) == ("OffpolicyTrainer", "DQN")
-    assert config["settings"]["step_per_epoch"] == 32
-    assert config["overrides"]["warmup_steps"] == 16 and "stop_fn" in config["overrides"]
-    assert config["overrides"]["stop_fn"] is None
+    assert config["params"]["step_per_epoch"] == 32
     assert set(manifest["files"]) == {"buffer.pt", "policy.pt", "trainer.pt"}
     assert not list(path.parent.glob(".tmp-*"))  # the temporary directory was renamed
 
@@ -94,7 +95,7 @@ def test_other_library_version_loads_with_a_warning(tmp_path: Path) -> None:
     (path / MANIFEST).write_text(json.dumps(manifest))
     with pytest.warns(UserWarning, match=r"written with epochtrain 0.0.1 \(now"):
         resumed = build("off", max_epoch=3, resume_from=path)
-    assert resumed.epoch == 1
+    assert resumed.state.epoch == 1
 
 
 def test_newer_format_is_refused(tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_resume_from_a_checkpoint_dir_takes_the_latest(tmp_path: Path) -> None:
     first = build("off", max_epoch=3, checkpoint_dir=tmp_path)
     next(first), next(first)
     resumed = build("off", max_epoch=3, resume_from=tmp_path)
-    assert resumed.epoch == 2
+    assert resumed.state.epoch == 2
     assert [comparable(s) for s in resumed] == full[2:]
 
 
@@ -178,13 +179,13 @@ def test_resume_validation_happens_in_the_constructor(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="checkpoint_dir must be a directory"):
         build("off", checkpoint_dir=tmp_path / "file")
-    with pytest.raises(ValueError, match="keep_last must be a positive int"):
+    with pytest.raises(ValueError, match="keep_last must be int or None"):
         build("off", keep_last=0)
-    with pytest.raises(ValueError, match="checkpoint_every must be a positive int"):
+    with pytest.raises(ValueError, match="checkpoint_every must be int"):
         build("off", checkpoint_every=0)
 
 
-def _async_trainer(**kw: Any) -> OffpolicyTrainer[Any]:
+def _async_trainer(resume_from: Path | None = None) -> OffpolicyTrainer[Any]:
     import torch
 
     from tests.trainer.tiny import make_envs
@@ -197,13 +198,7 @@ def _async_trainer(**kw: Any) -> OffpolicyTrainer[Any]:
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
     )
     policy = TinyPolicy(train_envs)
-    return OffpolicyTrainer(
-        policy=policy,
-        train_collector=Collector(policy, train_envs, ReplayBuffer(400, 2)),
-        test_collector=Collector(policy, make_envs(2), exploration=False),
-        max_epoch=3, step_per_epoch=40, step_per_collect=10, batch_size=16,
-        episode_per_test=2, show_progress=False, seed=7, **kw,
-    )  # fmt: skip
+    return OffpolicyTrainer(policy=policy, train_collector=Collector(policy, train_envs, ReplayBuffer(400, 2)), test_collector=Collector(policy, make_envs(2), exploration=False), params=OffpolicyParams(max_epoch=3, step_per_epoch=40, step_per_collect=10, batch_size=16, episode_per_test=2, show_progress=False, seed=7, resume_from=resume_from))  # fmt: skip
 
 
 def test_async_envs_restart_their_episodes_deterministically(tmp_path: Path) -> None:
@@ -219,17 +214,15 @@ def test_async_envs_restart_their_episodes_deterministically(tmp_path: Path) -> 
     assert runs[0] == runs[1] and len(runs[0]) == 2
 
 
-def test_resume_classmethod_builds_the_trainer_and_restores_it(tmp_path: Path) -> None:
+def test_params_resume_from_builds_the_trainer_and_restores_it(tmp_path: Path) -> None:
     full = [comparable(s) for s in build("off", max_epoch=3)]
     _, path = saved(tmp_path)
     parts = build("off", max_epoch=3)  # fresh policy and collectors, built the same way
-    resumed = OffpolicyTrainer.resume(
-        path,
+    resumed = OffpolicyTrainer(
         policy=parts.policy,
         train_collector=parts.train_collector,
         test_collector=parts.test_collector,
-        max_epoch=3, step_per_epoch=40, step_per_collect=10, update_per_step=0.5,
-        batch_size=16, episode_per_test=2, show_progress=False, seed=7,
-    )  # fmt: skip
-    assert isinstance(resumed, OffpolicyTrainer) and resumed.epoch == 1
+        params=parts.params.replace(resume_from=path),
+    )
+    assert isinstance(resumed, OffpolicyTrainer) and resumed.state.epoch == 1
     assert [comparable(s) for s in resumed] == full[1:]

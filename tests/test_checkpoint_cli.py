@@ -42,7 +42,7 @@ def test_resume_and_eval_errors_exit_2_with_one_line(
     capsys.readouterr()
     wrong = ["train", "--algo", "dqn", "--logdir", "", "--resume", str(tmp_path)]
     assert main(wrong) == 2
-    assert "the checkpoint's run has algo='ppo', not 'dqn'" in capsys.readouterr().err
+    assert "the checkpoint's run is ppo on CartPole-v1 with seed 0" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "missing")]) == 2
     assert "holds no complete checkpoint" in capsys.readouterr().err
     assert main(["eval", str(tmp_path), "--episodes", "0"]) == 2

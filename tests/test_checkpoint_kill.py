@@ -69,7 +69,7 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path: Pat
 
     full = [comparable(s) for s in build("off", max_epoch=3)]
     resumed = build("off", max_epoch=3, checkpoint_dir=root, resume_from=root)
-    assert resumed.epoch == 1
+    assert resumed.state.epoch == 1
     assert [comparable(s) for s in resumed] == full[1:]
     assert not list(root.glob(".tmp-*"))  # the next save removed the leftover
     assert [p.name for p in find_checkpoints(root)][-1] == "epoch_000003"

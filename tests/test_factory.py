@@ -1,4 +1,4 @@
-"""make_trainer: defaults per algorithm, overrides split by name, errors, seeding, logging."""
+"""make_trainer: tuned specs per algorithm, overrides by setting name, errors, seeding, logging."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import torch
 
 from epochtrain.algorithms import BC, DQN, PPO
 from epochtrain.data import ReplayBuffer
-from epochtrain.factory import DEFAULTS, make_trainer
+from epochtrain.factory import make_trainer
+from epochtrain.presets import PRESETS
 from epochtrain.logger import LazyLogger, TensorboardLogger
 from epochtrain.trainer import OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 
@@ -18,7 +19,8 @@ def test_ppo_defaults_build_an_onpolicy_trainer() -> None:
     trainer = make_trainer("ppo", "CartPole-v1", show_progress=False)
     assert isinstance(trainer, OnpolicyTrainer)
     assert isinstance(trainer.policy, PPO)
-    assert trainer.step_per_epoch == DEFAULTS["ppo"].trainer["step_per_epoch"]
+    preset = PRESETS[("ppo", "CartPole-v1")].settings
+    assert trainer.params.step_per_epoch == preset["step_per_epoch"]
     assert trainer.train_collector.num_envs == 8
     assert trainer.test_collector is not None and trainer.test_collector.num_envs == 10
     assert not trainer.test_collector.exploration
@@ -40,7 +42,7 @@ def test_overrides_reach_policy_trainer_and_factory() -> None:
     assert isinstance(trainer, OffpolicyTrainer) and isinstance(trainer.policy, DQN)
     assert trainer.policy.optimizers["q"].param_groups[0]["lr"] == 1e-4
     assert trainer.policy.q_net.net[0].out_features == 8
-    assert trainer.batch_size == 32
+    assert trainer.params.batch_size == 32
     buffer = trainer.train_collector.buffer
     assert buffer is not None and buffer.num_envs == 2 and buffer.capacity == 1000
 
@@ -59,9 +61,9 @@ def test_per_env_settings_apply_and_user_overrides_win() -> None:
     assert isinstance(mine.policy, DQN) and mine.policy.n_step == 2 and mine.policy.dueling
 
 
-def test_unknown_override_lists_the_allowed_names() -> None:
-    with pytest.raises(ValueError, match=r"unknown overrides \['learning_rate'\].*'lr'"):
-        make_trainer("ppo", "CartPole-v1", learning_rate=1e-3)
+def test_unknown_override_names_the_close_matches() -> None:
+    with pytest.raises(ValueError, match=r"unknown setting 'lrr'.*did you mean 'lr'"):
+        make_trainer("ppo", "CartPole-v1", lrr=1e-3)
 
 
 def test_unknown_algo_is_rejected() -> None:

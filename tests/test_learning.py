@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 from epochtrain.algorithms import BC
 from epochtrain.data import ActResult, Collector, Obs, ReplayBuffer
 from epochtrain.factory import make_trainer
-from epochtrain.trainer import OfflineTrainer
+from epochtrain.trainer import OfflineParams, OfflineTrainer
 
 pytestmark = pytest.mark.slow
 
@@ -80,12 +80,9 @@ def test_bc_recovers_the_scripted_expert() -> None:
     trainer = OfflineTrainer(
         policy=policy,
         buffer=dataset,
-        batch_size=256,
         test_collector=Collector(policy, make_envs(10), exploration=False),
-        max_epoch=10,
-        step_per_epoch=500,
         stop_fn=lambda best: best >= 0.9 * 500,
-        show_progress=False,
+        params=OfflineParams(batch_size=256, max_epoch=10, step_per_epoch=500, show_progress=False),
     )
     info = trainer.run()
     assert info.best_test_return >= 0.9 * 500, info

@@ -1,4 +1,4 @@
-"""The resume contract, for every algorithm in ``DEFAULTS``.
+"""The resume contract, for every algorithm in ``ALGORITHMS``.
 
 Run 2N epochs uninterrupted; separately run N epochs, save a checkpoint, load it in a
 fresh process and run N more: every ``EpochStats`` field (wall-clock timings aside) and
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from epochtrain.factory import DEFAULTS
+from epochtrain.registry import ALGORITHMS
 from tests.resume_cases import N_EPOCHS, build, env_for, make_dataset, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,10 +44,10 @@ def assert_same_state(left: Any, right: Any, where: str = "policy") -> None:
 def contract_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """For each algorithm: the uninterrupted run, and N epochs + a resume in a fresh process."""
     out = tmp_path_factory.mktemp("resume")
-    for env_id in {env_for(algo) for algo in DEFAULTS}:
+    for env_id in {env_for(algo) for algo in ALGORITHMS}:
         make_dataset(env_id, out / f"{env_id}.buffer")
     runs: dict[str, dict[str, Any]] = {}
-    for algo in DEFAULTS:
+    for algo in ALGORITHMS:
         full = build(algo, out)
         uninterrupted = snapshot(full, list(full))
         first = build(algo, out)
@@ -56,7 +56,7 @@ def contract_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[st
         runs[algo] = {"uninterrupted": uninterrupted, "first": snapshot(first, first_stats)}
     env = {**os.environ, "EPOCHTRAIN_TEST_THREADS": str(torch.get_num_threads())}
     result = subprocess.run(
-        [sys.executable, "-m", "tests.resume_cases", str(out), *DEFAULTS],
+        [sys.executable, "-m", "tests.resume_cases", str(out), *ALGORITHMS],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -65,12 +65,12 @@ def contract_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[st
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    for algo in DEFAULTS:
+    for algo in ALGORITHMS:
         runs[algo]["resumed"] = torch.load(out / algo / "resumed.pt", weights_only=False)
     return runs
 
 
-@pytest.mark.parametrize("algo", sorted(DEFAULTS))
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_resumed_run_equals_uninterrupted_run(
     algo: str, contract_runs: dict[str, dict[str, Any]]
 ) -> None:

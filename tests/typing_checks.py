@@ -6,10 +6,9 @@ algorithm-specific fields type-check without casts or ``type: ignore``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_type
 
 import gymnasium as gym
-from typing_extensions import assert_type
 
 from epochtrain import (
     A2C,
@@ -27,8 +26,11 @@ from epochtrain import (
     CQLTrainingStats,
     DQNTrainingStats,
     EpochStats,
+    OfflineParams,
     OfflineTrainer,
+    OffpolicyParams,
     OffpolicyTrainer,
+    OnpolicyParams,
     OnpolicyTrainer,
     PGTrainingStats,
     PPOTrainingStats,
@@ -44,9 +46,7 @@ def ppo_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
     trainer = OnpolicyTrainer(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
-        max_epoch=1,
-        step_per_epoch=64,
-        step_per_collect=64,
+        params=OnpolicyParams(max_epoch=1, step_per_epoch=64, step_per_collect=64),
     )
     stats = next(trainer)
     assert_type(stats, EpochStats[PPOTrainingStats])
@@ -59,9 +59,7 @@ def a2c_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
     trainer = OnpolicyTrainer(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
-        max_epoch=1,
-        step_per_epoch=64,
-        step_per_collect=64,
+        params=OnpolicyParams(max_epoch=1, step_per_epoch=64, step_per_collect=64),
     )
     stats = next(trainer)
     assert_type(stats, EpochStats[A2CTrainingStats])
@@ -74,9 +72,7 @@ def pg_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
     trainer = OnpolicyTrainer(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
-        max_epoch=1,
-        step_per_epoch=64,
-        step_per_collect=64,
+        params=OnpolicyParams(max_epoch=1, step_per_epoch=64, step_per_collect=64),
     )
     assert_type(next(trainer).training_stat, PGTrainingStats | None)
     for stats in trainer:
@@ -90,9 +86,7 @@ def dqn_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
     trainer = OffpolicyTrainer(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
-        max_epoch=1,
-        step_per_epoch=64,
-        step_per_collect=8,
+        params=OffpolicyParams(max_epoch=1, step_per_epoch=64, step_per_collect=8),
     )
     for stats in trainer:
         assert_type(stats.training_stat, DQNTrainingStats | None)
@@ -103,7 +97,9 @@ def dqn_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any]) -> float:
 
 def bc_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any], data: ReplayBuffer) -> None:
     policy = BC(envs.single_observation_space, envs.single_action_space)
-    trainer = OfflineTrainer(policy=policy, buffer=data, max_epoch=1, step_per_epoch=10)
+    trainer = OfflineTrainer(
+        policy=policy, buffer=data, params=OfflineParams(max_epoch=1, step_per_epoch=10)
+    )
     assert_type(next(trainer).training_stat, BCTrainingStats | None)
 
 
@@ -112,13 +108,13 @@ def td3_stats_are_typed(envs: gym.vector.VectorEnv[Any, Any, Any], data: ReplayB
     trainer = OffpolicyTrainer(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
-        max_epoch=1,
-        step_per_epoch=64,
-        step_per_collect=8,
+        params=OffpolicyParams(max_epoch=1, step_per_epoch=64, step_per_collect=8),
     )
     assert_type(next(trainer), EpochStats[TD3TrainingStats])
     offline = TD3BC(envs.single_observation_space, envs.single_action_space)
-    offline_trainer = OfflineTrainer(policy=offline, buffer=data, max_epoch=1, step_per_epoch=10)
+    offline_trainer = OfflineTrainer(
+        policy=offline, buffer=data, params=OfflineParams(max_epoch=1, step_per_epoch=10)
+    )
     stats = next(offline_trainer).training_stat
     assert_type(stats, TD3BCTrainingStats | None)
     return 0.0 if stats is None else stats.lmbda.mean + stats.loss_actor.mean
@@ -131,14 +127,14 @@ def sac_and_cql_stats_are_typed(
     trainer = OffpolicyTrainer(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(64, envs.num_envs)),
-        max_epoch=1,
-        step_per_epoch=64,
-        step_per_collect=8,
+        params=OffpolicyParams(max_epoch=1, step_per_epoch=64, step_per_collect=8),
     )
     sac_stats = next(trainer).training_stat
     assert_type(sac_stats, SACTrainingStats | None)
     cql = CQL(envs.single_observation_space, envs.single_action_space)
-    offline = OfflineTrainer(policy=cql, buffer=data, max_epoch=1, step_per_epoch=10)
+    offline = OfflineTrainer(
+        policy=cql, buffer=data, params=OfflineParams(max_epoch=1, step_per_epoch=10)
+    )
     cql_stats = next(offline).training_stat
     assert_type(cql_stats, CQLTrainingStats | None)
     assert sac_stats is not None and cql_stats is not None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -146,10 +146,34 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
             continue
         parser.add_argument(
             f"--{flag}",
+            type=_arg_type(info.type),
             default=None,
             metavar=flag.replace("-", "_").upper(),
             help=f"{text} ({info.allowed})",
         )
+
+
+def _arg_type(tp: Any) -> Callable[[str], Any]:
+    """The argparse ``type`` of a field: int and float fields parse (so ``--seed x`` is a
+    usage error naming the option); ``none`` stands for None; anything else stays text
+    for the spec's validator."""
+    import types
+    import typing
+
+    args = (
+        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    )
+    number = next((a for a in args if a in (int, float)), None)
+    if number is None:
+        return str
+
+    def parse(text: str) -> Any:
+        if text.lower() == "none" and type(None) in args:
+            return None
+        return number(text)
+
+    parse.__name__ = number.__name__  # argparse names the type in its error
+    return parse
 
 
 def settings_help() -> str:
@@ -205,7 +229,7 @@ def _resolve_spec(args: argparse.Namespace) -> Any:
     for flag, (name, _) in _spec_flags().items():
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
-            overrides[name] = parse_value(value) if isinstance(value, str) else value
+            overrides[name] = value
     for item in args.set:
         name, eq, text = item.partition("=")
         if not eq or not name:
@@ -509,9 +533,31 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (130 after Ctrl-C)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:
+        print(_interrupted_line(exc, list(sys.argv[1:] if argv is None else argv)), file=sys.stderr)
+        return 130
+
+
+def _interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
+    """One line: where the last checkpoint is and the command that resumes from it."""
+    prefix = "epochtrain: last checkpoint: "
+    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(prefix)]
+    if not notes:
+        return "epochtrain: interrupted before any checkpoint was written; nothing to resume"
+    ckpt = notes[-1][len(prefix) :]
+    args = [a for i, a in enumerate(argv) if a != "--resume" and argv[i - 1 : i] != ["--resume"]]
+    command = " ".join(["epochtrain", *args, "--resume", str(Path(ckpt).parent)])
+    return f"epochtrain: interrupted; last checkpoint {ckpt}; resume with: {command}"
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("train", "config") and args.algo is None and args.config is None:
+        parser.error("the following arguments are required: --algo (or --config FILE)")
     if args.command == "train":
         return _train(args)
     if args.command == "config":

@@ -23,6 +23,7 @@ import difflib
 import inspect
 import itertools
 import math
+import os
 import textwrap
 import types
 import typing
@@ -228,6 +229,8 @@ def _coerce(tp: Any, value: Any) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, os.PathLike):  # paths are kept as str: plain data in files
+            return os.fspath(value)
         raise _Mismatch
     if isinstance(tp, type) and isinstance(value, tp):
         return value

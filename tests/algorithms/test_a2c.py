@@ -15,7 +15,7 @@ from torch import Tensor
 from epochtrain.algorithms import A2C, A2CTrainingStats, PGTrainingStats
 from epochtrain.algorithms.actor_critic import explained_variance
 from epochtrain.data import Batch, Collector, ReplayBuffer
-from epochtrain.trainer import OnpolicyTrainer
+from epochtrain.trainer import OnpolicyParams, OnpolicyTrainer
 from tests.algorithms.checks import assert_same_state
 from tests.algorithms.tables import Table
 from tests.fakes import make_vec
@@ -104,10 +104,15 @@ def test_one_gradient_step_per_rollout_in_the_onpolicy_trainer() -> None:
     trainer = OnpolicyTrainer(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(10, 2)),
-        max_epoch=1,
-        step_per_epoch=50,
-        step_per_collect=10,
-        show_progress=False,
+        # one pass over each whole rollout, as A2C learns (the params' defaults are PPO's)
+        params=OnpolicyParams(
+            max_epoch=1,
+            step_per_epoch=50,
+            step_per_collect=10,
+            repeat_per_collect=1,
+            batch_size=None,
+            show_progress=False,
+        ),
     )
     stats = next(trainer)
     assert isinstance(stats.training_stat, A2CTrainingStats)

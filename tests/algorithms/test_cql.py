@@ -157,7 +157,7 @@ def test_make_trainer_builds_cql_on_a_dataset() -> None:
     trainer = make_trainer("cql", "Pendulum-v1", buffer=buffer, max_epoch=1, step_per_epoch=2)
     assert isinstance(trainer.policy, CQL)
     trainer.run()
-    assert trainer.gradient_step == 2
+    assert trainer.state.gradient_step == 2
 
 
 @pytest.mark.parametrize(

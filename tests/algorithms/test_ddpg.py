@@ -18,7 +18,7 @@ from epochtrain.algorithms import DDPG, DDPGTrainingStats
 from epochtrain.algorithms.base import Policy
 from epochtrain.data import Batch, Collector, ReplayBuffer
 from epochtrain.stats import TrainingStats
-from epochtrain.trainer import OffpolicyTrainer
+from epochtrain.trainer import OffpolicyParams, OffpolicyTrainer
 from tests.algorithms.checks import assert_same_state
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
@@ -236,13 +236,15 @@ def train_on_match_env(
         policy=policy,
         train_collector=Collector(policy, envs, ReplayBuffer(1000, 1)),
         test_collector=Collector(policy, match_envs(2), exploration=False),
-        max_epoch=3,
-        step_per_epoch=100,
-        step_per_collect=10,
-        batch_size=64,
-        warmup_steps=100,
-        show_progress=False,
-        seed=0,
+        params=OffpolicyParams(
+            max_epoch=3,
+            step_per_epoch=100,
+            step_per_collect=10,
+            batch_size=64,
+            warmup_steps=100,
+            show_progress=False,
+            seed=0,
+        ),
     )
     stats = list(trainer)[-1].training_stat
     assert stats is not None

@@ -137,7 +137,8 @@ def test_state_dict_round_trip_resumes_mid_delay() -> None:
     ],
 )
 def test_constructor_rejects_bad_hyper_parameters(kwargs: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    # a value out of range is a ValueError, a value of the wrong type (1.5) a TypeError
+    with pytest.raises((ValueError, TypeError), match=match):
         TD3(OBS_SPACE, ACT_SPACE, **kwargs)
 
 

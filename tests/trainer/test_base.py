@@ -46,7 +46,7 @@ def test_for_loop_yields_exactly_max_epoch_stats(kind: str) -> None:
 
 def test_iter_never_resets_and_start_is_lazy() -> None:
     trainer = build("off", max_epoch=4)
-    assert trainer.epoch == 0 and trainer.env_step == 0  # building runs nothing
+    assert trainer.state.epoch == 0 and trainer.state.env_step == 0  # building runs nothing
     assert iter(trainer) is trainer
     first = next(trainer)
     assert first.epoch == 1
@@ -58,7 +58,7 @@ def test_reset_starts_over_with_the_same_counters() -> None:
     trainer = build("off", max_epoch=2)
     first_run = [comparable(s)["info_stat"]["env_step"] for s in trainer]
     trainer.reset()
-    assert trainer.epoch == 0 and trainer.stop_reason is None
+    assert trainer.state.epoch == 0 and trainer.stop_reason is None
     second_run = [comparable(s)["info_stat"]["env_step"] for s in trainer]
     assert first_run == second_run
     assert trainer.stop_reason == "max_epoch"
@@ -68,8 +68,8 @@ def test_run_returns_final_info_stats() -> None:
     trainer = build("on", max_epoch=2)
     info = trainer.run()
     assert info.epoch == 2
-    assert info.env_step == trainer.env_step >= 2 * 40
-    assert info.gradient_step == trainer.gradient_step > 0
+    assert info.env_step == trainer.state.env_step >= 2 * 40
+    assert info.gradient_step == trainer.state.gradient_step > 0
 
 
 def test_stop_fn_stops_early_with_reason() -> None:
@@ -85,7 +85,7 @@ def test_test_before_train_can_stop_before_any_epoch() -> None:
     trainer = build("off", max_epoch=3, test_before_train=True, stop_fn=lambda best: True)
     assert list(trainer) == []
     assert trainer.stop_reason == "stop_fn"
-    assert trainer.test_episode == 2
+    assert trainer.state.test_episode == 2
 
 
 @pytest.mark.parametrize("kind", ["on", "off", "offline"])
@@ -115,7 +115,7 @@ def test_train_collect_stat_summarises_every_collect_of_the_epoch() -> None:
     trainer = build("off", step_per_epoch=40, step_per_collect=10)
     stats = next(trainer)
     assert stats.train_collect_stat is not None
-    assert stats.train_collect_stat.n_collected_steps == 40 == trainer.env_step
+    assert stats.train_collect_stat.n_collected_steps == 40 == trainer.state.env_step
     assert stats.test_collect_stat is not None
     assert stats.test_collect_stat.n_collected_episodes == 2
 
@@ -126,7 +126,7 @@ def test_offpolicy_training_stat_covers_all_gradient_steps_of_the_epoch() -> Non
     stats = next(trainer)
     ts = stats.training_stat
     assert ts is not None
-    assert ts.n_gradient_steps == trainer.gradient_step == 20  # 0.5 per env step
+    assert ts.n_gradient_steps == trainer.state.gradient_step == 20  # 0.5 per env step
     assert ts.loss is not None
     assert ts.loss.min == 1.0 and ts.loss.max == 5.0
     expected = [losses[i % 3] for i in range(20)]
@@ -147,14 +147,14 @@ def test_onpolicy_update_runs_repeat_passes_of_minibatches_and_clears_buffer() -
     trainer = build("on", step_per_epoch=40, step_per_collect=20, batch_size=8)
     next(trainer)
     # 2 collects x 2 repeats x ceil(20 / 8) = 3 minibatches
-    assert trainer.gradient_step == 2 * 2 * 3
+    assert trainer.state.gradient_step == 2 * 2 * 3
     assert len(trainer.train_collector.buffer) == 0
 
 
 def test_offline_epoch_counts_gradient_steps() -> None:
     trainer = build("offline", step_per_epoch=25)
     stats = next(trainer)
-    assert trainer.gradient_step == 25
+    assert trainer.state.gradient_step == 25
     assert stats.train_collect_stat is None
     assert stats.training_stat is not None and stats.training_stat.n_gradient_steps == 25
 
@@ -185,7 +185,7 @@ def test_test_in_train_tests_when_training_returns_satisfy_stop_fn() -> None:
     # training episodes have return > 0, so the first collect with an episode triggers a test
     # that satisfies stop_fn and ends the run inside epoch 1
     assert len(stats) == 1 and trainer.stop_reason == "stop_fn"
-    assert trainer.gradient_step == 0
+    assert trainer.state.gradient_step == 0
 
 
 def test_test_collection_is_deterministic_and_training_explores() -> None:

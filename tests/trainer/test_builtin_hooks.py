@@ -87,11 +87,11 @@ def test_lr_scheduler_steps_per_gradient_step_and_resumes(tmp_path: Path) -> Non
 
     trainer = dqn(lr=1.0, max_epoch=2, hooks=[LRScheduler(halve, optimizer="q")])
     next(trainer)
-    assert trainer.policy.optimizers["q"].param_groups[0]["lr"] == 0.5**trainer.gradient_step
+    assert trainer.policy.optimizers["q"].param_groups[0]["lr"] == 0.5**trainer.state.gradient_step
     trainer.save_checkpoint(tmp_path / "ckpt")
     resumed = dqn(lr=1.0, max_epoch=2, hooks=[LRScheduler(halve)], resume_from=tmp_path / "ckpt")
     next(trainer), next(resumed)
-    expected = 0.5**trainer.gradient_step
+    expected = 0.5**trainer.state.gradient_step
     for t in (trainer, resumed):
         assert t.policy.optimizers["q"].param_groups[0]["lr"] == expected
     with pytest.raises(ValueError, match=r"optimizer must name one of .*\['q'\], got 'pi'"):
@@ -131,7 +131,7 @@ def test_early_stopping_on_a_non_finite_loss() -> None:
     trainer = build("off", max_epoch=3, loss_values=[1.0, math.nan], hooks=[EarlyStopping()])
     stats = list(trainer)
     assert len(stats) == 1 and trainer.stop_reason == "non_finite_loss"
-    assert trainer.gradient_step == 5  # the update step that met the NaN stopped the run
+    assert trainer.state.gradient_step == 5  # the update step that met the NaN stopped the run
     with pytest.raises(ValueError, match="does nothing"):
         EarlyStopping(check_finite=False)
     with pytest.raises(ValueError, match="patience must be a positive int"):

@@ -43,7 +43,7 @@ def test_observation_normalizer_trains_on_training_obs_and_tests_with_them() -> 
     trainer.register_op("test_end", check_test)
     trainer.run()
     # 2 reset observations, then one per env step; the test step adds none
-    assert counts[-1] == counts[-2] == pytest.approx(2 + trainer.env_step + 1e-4)
+    assert counts[-1] == counts[-2] == pytest.approx(2 + trainer.state.env_step + 1e-4)
     assert trainer.test_collector.obs_transform is not None
     stored = trainer.train_collector.buffer.rollout().obs
     assert isinstance(stored, torch.Tensor)

@@ -159,7 +159,7 @@ def test_logging_points_write_at_their_scope_step_and_feed_the_progress_bar() ->
     assert [step for step, _ in train] == [10, 20, 30, 40]  # env steps
     assert all(data == {"train/rows": 5.0} for _, data in train)
     update = [(step, data) for scope, step, data in logger.records if "update/twice" in data]
-    assert [step for step, _ in update] == list(range(1, trainer.gradient_step + 1))
+    assert [step for step, _ in update] == list(range(1, trainer.state.gradient_step + 1))
     assert "twice" in trainer._progress_postfix()
     assert "log_pbar" not in str(logger.records)
 
@@ -188,7 +188,7 @@ def test_request_stop_ends_the_epoch_early_with_the_reason() -> None:
     trainer.register_op("post_steps", lambda: trainer.request_stop("enough"))
     stats = list(trainer)
     assert len(stats) == 1 and trainer.stop_reason == "enough"
-    assert trainer.env_step == 10  # one training step, then the test step
+    assert trainer.state.env_step == 10  # one training step, then the test step
     assert stats[0].test_collect_stat is not None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,20 +77,20 @@ def make_envs(n: int) -> gym.vector.VectorEnv[Any, Any, Any]:
 
 
 def build(kind: str = "off", *, torch_seed: int = 0, **kwargs: Any) -> Any:
-    """A small trainer of ``kind`` ("on", "off", "offline") on CartPole."""
+    """A small trainer of ``kind`` ("on", "off", "offline") on CartPole.
+
+    ``kwargs`` are trainer params (fields of the kind's params dataclass) or the trainer's
+    object arguments (``hooks``, ``logger``, ``stop_fn``, ...).
+    """
     torch.manual_seed(torch_seed)
     train_envs, test_envs = make_envs(2), make_envs(2)
     policy = TinyPolicy(train_envs, kwargs.pop("loss_values", None))
     test_collector = Collector(policy, test_envs, exploration=False)
-    common: dict[str, Any] = dict(
-        policy=policy,
-        test_collector=test_collector,
-        max_epoch=3,
-        step_per_epoch=40,
-        episode_per_test=2,
-        show_progress=False,
-        seed=7,
+    settings: dict[str, Any] = dict(
+        max_epoch=3, step_per_epoch=40, episode_per_test=2, show_progress=False, seed=7
     )
+    objects: dict[str, Any] = dict(policy=policy, test_collector=test_collector)
+    trainer_cls: Any
     if kind == "offline":
         buffer = ReplayBuffer(200, 2)
         data_envs = make_envs(2)
@@ -97,17 +98,18 @@ def build(kind: str = "off", *, torch_seed: int = 0, **kwargs: Any) -> Any:
         data_collector = Collector(policy, data_envs, buffer)
         data_collector.reset(seed=0)
         data_collector.collect(n_step=200, random=True)
-        common.update(buffer=buffer, batch_size=16)
-        common.update(kwargs)
-        return OfflineTrainer(**common)
-    if kind == "on":
-        collector = Collector(policy, train_envs, ReplayBuffer(20, 2))
-        common.update(train_collector=collector, step_per_collect=20, batch_size=8)
-        common.update(repeat_per_collect=2)
-        common.update(kwargs)
-        return OnpolicyTrainer(**common)
-    collector = Collector(policy, train_envs, ReplayBuffer(1000, 2))
-    common.update(train_collector=collector, step_per_collect=10, batch_size=16)
-    common.update(update_per_step=0.5)
-    common.update(kwargs)
-    return OffpolicyTrainer(**common)
+        objects.update(buffer=buffer)
+        settings.update(batch_size=16)
+        trainer_cls = OfflineTrainer
+    elif kind == "on":
+        objects.update(train_collector=Collector(policy, train_envs, ReplayBuffer(20, 2)))
+        settings.update(step_per_collect=20, batch_size=8, repeat_per_collect=2)
+        trainer_cls = OnpolicyTrainer
+    else:
+        objects.update(train_collector=Collector(policy, train_envs, ReplayBuffer(1000, 2)))
+        settings.update(step_per_collect=10, batch_size=16, update_per_step=0.5)
+        trainer_cls = OffpolicyTrainer
+    fields = {f.name for f in dataclasses.fields(trainer_cls.params_cls)}
+    for key, value in kwargs.items():
+        (settings if key in fields else objects)[key] = value
+    return trainer_cls(params=trainer_cls.params_cls(**settings), **objects)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from epochtrain.config import Config
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.errors import NonFiniteError
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -105,6 +106,12 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.optimizer_hooks: list[OptimizerHook] = []
         """Called by :meth:`optimize` between ``backward`` and ``step`` (e.g. GradClip)."""
+        self.skip_nonfinite = False
+        """True: :meth:`optimize` skips a step whose loss or gradient norm is NaN or inf
+        (counted in :attr:`skipped_steps`); False: it raises ``NonFiniteError``. The
+        trainer sets it from ``on_nonfinite``."""
+        self.skipped_steps = 0
+        """Optimizer steps skipped for a non-finite loss or gradient norm."""
 
     @abstractmethod
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
@@ -149,14 +156,33 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         (default: the optimizer's parameters) to ``max_grad_norm`` → the
         :attr:`optimizer_hooks` → ``step``. Every algorithm steps through here, so hooks
         see every optimizer step.
+
+        A NaN or inf loss (or clipped gradient norm) never reaches the weights: the step
+        is skipped (:attr:`skip_nonfinite`) or ``NonFiniteError`` naming ``name`` is raised
+        before ``step``. The check reads back one scalar per step, as the stats'
+        ``loss.item()`` already does; no parameter is scanned.
         """
         opt = self.optimizers[name]
         opt.zero_grad(set_to_none=True)
         torch.autograd.backward(loss)
+        finite = torch.isfinite(loss.detach()).all()
         if max_grad_norm is not None:
             if params is None:
                 params = [p for group in opt.param_groups for p in group["params"]]
-            nn.utils.clip_grad_norm_(params, max_grad_norm)
+            norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
+            finite = finite & torch.isfinite(norm)
+        if not bool(finite):
+            opt.zero_grad(set_to_none=True)
+            if self.skip_nonfinite:
+                self.skipped_steps += 1
+                return
+            what = "loss" if not bool(torch.isfinite(loss.detach()).all()) else "gradient norm"
+            raise NonFiniteError(
+                f"the {what} of optimizer {name!r} of {type(self).__name__} is "
+                f"{loss.detach().flatten()[0].item() if what == 'loss' else 'NaN or inf'}; "
+                "the step was not applied",
+                where=f"{what} {name!r}",
+            )
         for hook in self.optimizer_hooks:
             hook(name, opt)
         opt.step()

@@ -28,6 +28,7 @@ from epochtrain.trainer.params import (
     OnpolicyParams,
     TrainerParams,
 )
+from epochtrain.trainer.video import VideoRecorder, record_video
 
 __all__ = [
     "HOOK_POINTS",
@@ -54,4 +55,6 @@ __all__ = [
     "TrainerHook",
     "TrainerParams",
     "UTDRatio",
+    "VideoRecorder",
+    "record_video",
 ]

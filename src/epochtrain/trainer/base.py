@@ -336,6 +336,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
                 f"epochtrain: the trainer is back at the end of epoch {self.state.epoch}; "
                 "trainer.save_checkpoint(path) saves it"
             )
+            self._note_last_checkpoint(exc)
             raise
         finally:
             self._in_next = False
@@ -345,8 +346,17 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         if self.checkpoint_dir is not None and (
             self._finished or self.state.epoch % self.params.checkpoint_every == 0
         ):
-            save_periodic(self, self.checkpoint_dir)
+            try:
+                save_periodic(self, self.checkpoint_dir)
+            except KeyboardInterrupt as exc:  # the save cleaned up; the epoch is complete
+                self._note_last_checkpoint(exc)
+                raise
         return stats
+
+    def _note_last_checkpoint(self, exc: BaseException) -> None:
+        """Add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the CLI prints it)."""
+        if self.last_checkpoint is not None:
+            exc.add_note(f"epochtrain: last checkpoint: {os.fspath(self.last_checkpoint)}")
 
     def run(self) -> InfoStats:
         """Iterate to the end of the run and return the final :class:`InfoStats`."""
@@ -469,10 +479,16 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
     def _test_step(self) -> CollectStats:
         """Run ``episode_per_test`` deterministic episodes; update the best record."""
         assert self.test_collector is not None
-        if self.test_fn is not None:
-            self.test_fn(self.state.epoch, self.state.env_step)
-        self.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
-        stat = self.test_collector.collect(n_episode=self.params.episode_per_test)
+        # exploration set by the user holds for its phase: train_fn's for training, and
+        # test_fn's (if any) for this test step only
+        train_exploration, self.policy.exploration = self.policy.exploration, None
+        try:
+            if self.test_fn is not None:
+                self.test_fn(self.state.epoch, self.state.env_step)
+            self.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
+            stat = self.test_collector.collect(n_episode=self.params.episode_per_test)
+        finally:
+            self.policy.exploration = train_exploration
         self.state.test_time += stat.collect_time
         self.state.test_step += stat.n_collected_steps
         self.state.test_episode += stat.n_collected_episodes

@@ -261,7 +261,8 @@ class EarlyStopping(TrainerHook):
         self._trainer = trainer
 
     def _progress(self, trainer: BaseTrainer[Any]) -> int:
-        return trainer.state.env_step if hasattr(trainer, "train_collector") else trainer.state.gradient_step
+        state = trainer.state
+        return state.gradient_step if trainer.kind == "offline" else state.env_step
 
     def _on_test(self, stat: CollectStats) -> None:
         trainer = self._trainer

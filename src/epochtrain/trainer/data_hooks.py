@@ -18,7 +18,6 @@ import torch
 
 from epochtrain.data.batch import Batch
 from epochtrain.trainer.hooks import TrainerHook, online_collector
-from epochtrain.trainer.onpolicy import OnpolicyTrainer
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
@@ -141,7 +140,7 @@ class RewardNormalizer(TrainerHook):
         ``process_optim_batch``."""
         collector = online_collector(trainer, "RewardNormalizer")
         self.returns = np.zeros(collector.num_envs)
-        if isinstance(trainer, OnpolicyTrainer):
+        if trainer.kind == "onpolicy":
             trainer.register_op("batch_process", self._update_and_scale)
         else:
             trainer.register_op("batch_process", self._update)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from epochtrain.data.batch import Batch
 from epochtrain.data.collector import Collector
@@ -44,6 +44,7 @@ from epochtrain.logger import BaseLogger, Scope
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
+    from epochtrain.trainer.online import OnlineTrainer
 
 __all__ = [
     "DATA_POINTS",
@@ -156,10 +157,10 @@ class HookTable:
 
 def online_collector(trainer: BaseTrainer[Any], hook: str) -> Collector:
     """The trainer's training collector; the offline trainer has none."""
-    collector = getattr(trainer, "train_collector", None)
-    if not isinstance(collector, Collector):
+    if trainer.kind == "offline":
         raise ValueError(
             f"{hook} needs an online trainer (OnpolicyTrainer or OffpolicyTrainer): "
             f"{type(trainer).__name__} collects no data"
         )
-    return collector
+    online = cast("OnlineTrainer[Any]", trainer)  # every trainer of an online kind is one
+    return online.train_collector

@@ -19,11 +19,11 @@ import torch
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
-from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.errors import EnvError, NonFiniteError
+from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
-from epochtrain.trainer.safety import on_nonfinite, with_run_context
 from epochtrain.trainer.params import OnlineParams, TrainerParams
+from epochtrain.trainer.safety import on_nonfinite, with_run_context
 
 __all__ = ["OnlineTrainer"]
 
@@ -61,6 +61,9 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         if self.test_collector is not None and self.test_collector.policy is not self.policy:
             raise ValueError("test_collector.policy must be the trainer's policy")
         self.train_collector = train_collector
+        self.processed_rollout: Batch | None = None
+        """During an update step: the collected rows as the ``batch_process`` hooks changed
+        them (None when no such hook is registered)."""
 
     def _collectors(self) -> list[tuple[str, Collector]]:
         return [("train_collector", self.train_collector), *super()._collectors()]
@@ -90,7 +93,9 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
             on_nonfinite(self, exc, f"env step {self.state.env_step + (exc.env_step or 0)}")
             return 0
         except EnvError as exc:
-            raise with_run_context(self, exc, self.state.env_step + (exc.env_step or 0)) from None
+            raise with_run_context(self, exc, self.state.env_step + (exc.env_step or 0)) from (
+                exc.__cause__
+            )
         self.state.env_step += stat.n_collected_steps
         self.state.train_episode += stat.n_collected_episodes
         self.state.collect_time += stat.collect_time
@@ -125,14 +130,14 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
             batch = ops.process("batch_process", self._collected_rows())
             self._log_ops("pre_steps_log", "train", self.state.env_step, batch)
         ops.call("pre_optim_steps")
-        self._run_update(stat, batch)
+        self.processed_rollout = batch
+        try:
+            self.policy_update_fn(stat)
+        finally:
+            self.processed_rollout = None
         ops.call("post_steps")
         if batch is not None:
             self._log_ops("post_steps_log", "train", self.state.env_step, batch)
-
-    def _run_update(self, stat: CollectStats, batch: Batch | None) -> None:
-        """Run the update step; ``batch`` is the hook-processed collected batch, if any."""
-        self.policy_update_fn(stat)
 
     def _collected_rows(self) -> Batch:
         """The rows of the last collect step, ``[time, env]``, read back from the buffer."""

@@ -55,18 +55,9 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
         assert buffer is not None
         return buffer.rollout()
 
-    def _run_update(self, stat: CollectStats, batch: Batch | None) -> None:
-        self._learn_rollout(stat, batch)
-
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
-        """Learn from the rollout just collected, then clear the buffer."""
-        return self._learn_rollout(collect_stats, None)
-
-    def _learn_rollout(
-        self, collect_stats: CollectStats | None, rollout: Batch | None
-    ) -> TTrainingStats | None:
-        """Learn from ``rollout`` (``None``: the buffer's; ``batch_process`` hooks may have
-        changed it), then clear the buffer."""
+        """Learn from the rollout just collected (as the ``batch_process`` hooks changed it,
+        if any: :attr:`processed_rollout`), then clear the buffer."""
         start = time.perf_counter()
         buffer = self.train_collector.buffer
         assert buffer is not None and collect_stats is not None
@@ -76,6 +67,7 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
                 f"the rollout buffer holds {buffer.n_valid}: raise its capacity "
                 f"(now {buffer.capacity}) above the largest rollout"
             )
+        rollout = self.processed_rollout
         if rollout is None:
             rollout = buffer.rollout()
         batch = self.policy.process_rollout(rollout).flatten()
