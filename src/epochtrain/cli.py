@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+from epochtrain.spec_args import add_spec_options, resolve_spec, settings_help
 
 __all__ = ["build_parser", "main"]
 
@@ -60,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train", help="train an algorithm on a gymnasium env", formatter_class=fmt, epilog=epilog
     )
-    _add_spec_options(train)
+    add_spec_options(train)
     train.add_argument(
         "--logdir", default="runs", help="parent folder of run directories ('' disables)"
     )
@@ -79,163 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
         epilog=epilog,
     )
-    _add_spec_options(config)
+    add_spec_options(config)
     config.add_argument("--json", action="store_true", help="print JSON instead of TOML")
     _add_collect_parser(sub, fmt)
+    from epochtrain.experiment.cli import add_compare_parser, add_sweep_parser
+
+    add_sweep_parser(sub)
+    add_compare_parser(sub)
     _add_eval_parser(sub, fmt)
     return parser
-
-
-def _spec_flags() -> dict[str, tuple[str, Any]]:
-    """Flags derived from the spec's fields: option name -> (setting name, field info).
-
-    Every top-level field of RunSpec, every trainer parameter and every buffer setting gets
-    ``--name``; the algorithm's own config fields (which depend on ``--algo``) go through
-    ``--set``. ``resume_from`` is ``train --resume`` and ``logdir`` is the CLI's own.
-    """
-    from epochtrain.config import fields_info
-    from epochtrain.spec import BufferSpec, RunSpec
-    from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
-
-    skip = {"algo", "env_id", "config", "trainer", "buffer", "logging", "resume_from"}
-    flags: dict[str, tuple[str, Any]] = {}
-    sources: list[tuple[str, type[Any]]] = [
-        ("", RunSpec),
-        ("trainer.", OnpolicyParams),
-        ("trainer.", OffpolicyParams),
-        ("trainer.", OfflineParams),
-        ("buffer.", BufferSpec),
-    ]
-    for prefix, cls in sources:
-        for info in fields_info(cls):
-            if info.name in skip or info.name in {f.replace("-", "_") for f in flags}:
-                continue
-            flags[info.name.replace("_", "-")] = (prefix + info.name, info)
-    return flags
-
-
-def _add_spec_options(parser: argparse.ArgumentParser) -> None:
-    """``--algo``, ``--env``, ``--config``, ``--set`` and one flag per spec field."""
-    parser.add_argument(
-        "--algo",
-        choices=_algos(),
-        default=None,
-        help="algorithm to train (required unless --config names it)",
-    )
-    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
-    parser.add_argument(
-        "--config",
-        default=None,
-        metavar="FILE",
-        help="a run spec file (.toml or .json) to start from",
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="set any setting (see the list below), e.g. --set lr=3e-4 "
-        "--set trainer.batch_size=128 --set hidden=[64,64]",
-    )
-    for flag, (_, info) in _spec_flags().items():
-        text = info.help
-        if info.type is bool:
-            parser.add_argument(
-                f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=text
-            )
-            continue
-        parser.add_argument(
-            f"--{flag}",
-            type=_arg_type(info.type),
-            default=None,
-            metavar=flag.replace("-", "_").upper(),
-            help=f"{text} ({info.allowed})",
-        )
-
-
-def _arg_type(tp: Any) -> Callable[[str], Any]:
-    """The argparse ``type`` of a field: int and float fields parse (so ``--seed x`` is a
-    usage error naming the option); ``none`` stands for None; anything else stays text
-    for the spec's validator."""
-    import types
-    import typing
-
-    args = (
-        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    )
-    number = next((a for a in args if a in (int, float)), None)
-    if number is None:
-        return str
-
-    def parse(text: str) -> Any:
-        if text.lower() == "none" and type(None) in args:
-            return None
-        return number(text)
-
-    parse.__name__ = number.__name__  # argparse names the type in its error
-    return parse
-
-
-def settings_help() -> str:
-    """Every setting of a run spec, with its default and help: the ``--help`` epilog."""
-    from epochtrain.config import fields_info
-    from epochtrain.registry import ALGORITHMS
-    from epochtrain.spec import BufferSpec, LogSpec
-    from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
-
-    def block(title: str, cls: Any, prefix: str) -> list[str]:
-        lines = [title]
-        for info in fields_info(cls):
-            default = "none" if info.default is None else info.default
-            if isinstance(default, tuple):
-                default = list(default)
-            lines.append(f"  {prefix}{info.name} = {default!r}  [{info.allowed}] {info.help}")
-        return lines
-
-    out = [
-        "settings (--set NAME=VALUE; NAME is dotted, e.g. trainer.batch_size, or a bare name "
-        "found in one place; VALUE is a TOML literal or none):"
-    ]
-    out += block("trainer (on-policy algorithms):", OnpolicyParams, "trainer.")
-    out += block("trainer (off-policy algorithms):", OffpolicyParams, "trainer.")
-    out += block("trainer (offline algorithms):", OfflineParams, "trainer.")
-    out += block("buffer:", BufferSpec, "buffer.")
-    out += block("logging:", LogSpec, "logging.")
-    for name, entry in sorted(ALGORITHMS.items()):
-        out += block(
-            f"config of {name} ({entry.config_cls.__name__}):", entry.config_cls, "config."
-        )
-    out.append(
-        "`epochtrain config --algo A --env E` prints the resolved spec with the tuned preset."
-    )
-    return "\n".join(out)
-
-
-def _resolve_spec(args: argparse.Namespace) -> Any:
-    """The run spec of ``train``/``config``: the file or tuned preset, then flags, then --set."""
-    from epochtrain.spec import RunSpec, parse_value
-
-    if args.config is not None:
-        spec = RunSpec.from_file(args.config)
-        if args.algo is not None and args.algo != spec.algo:
-            raise ValueError(
-                f"--algo {args.algo} differs from the algo {spec.algo!r} of --config {args.config}"
-            )
-    else:
-        if args.algo is None:
-            raise ValueError("--algo is required (or give --config FILE naming one)")
-        spec = RunSpec.tuned(args.algo, args.env)
-    overrides: dict[str, Any] = {}
-    for flag, (name, _) in _spec_flags().items():
-        value = getattr(args, flag.replace("-", "_"))
-        if value is not None:
-            overrides[name] = value
-    for item in args.set:
-        name, eq, text = item.partition("=")
-        if not eq or not name:
-            raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
-        overrides[name.strip()] = parse_value(text.strip())
-    return spec.with_overrides(overrides)
 
 
 def _add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -289,7 +143,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     from epochtrain.checkpoint import read_manifest, resolve_checkpoint
     from epochtrain.spec import RunSpec
 
-    spec = _resolve_spec(args)
+    spec = resolve_spec(args)
     run_dir: Path | None = None
     if args.resume is not None:
         ckpt = resolve_checkpoint(args.resume)
@@ -361,7 +215,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace) -> int:
     try:
-        spec = _resolve_spec(args)
+        spec = resolve_spec(args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
@@ -562,6 +416,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return _train(args)
     if args.command == "config":
         return _config(args)
+    if args.command in ("sweep", "compare"):
+        from epochtrain.experiment.cli import run_compare, run_sweep
+
+        return run_sweep(args) if args.command == "sweep" else run_compare(args)
     if args.command == "collect":
         return _collect(args)
     if args.command == "eval":

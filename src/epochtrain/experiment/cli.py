@@ -50,9 +50,9 @@ def parse_seeds(tokens: list[str]) -> list[int]:
 
 
 def _setting_flags() -> dict[str, tuple[str, Any]]:
-    from epochtrain.cli import _spec_flags  # the flags of `train`, derived from the spec
+    from epochtrain.spec_args import spec_flags  # the flags of `train`, derived from the spec
 
-    return {flag: v for flag, v in _spec_flags().items() if flag not in _MANAGED}
+    return {flag: v for flag, v in spec_flags().items() if flag not in _MANAGED}
 
 
 def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:

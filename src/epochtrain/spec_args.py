@@ -1,0 +1,166 @@
+"""Command-line options generated from the run spec's dataclasses, shared by the commands
+that build runs (``train``, ``config``, ``sweep``): ``--algo``, ``--env``, ``--config``,
+``--set`` and one flag per top-level, trainer and buffer setting, and the settings table of
+``--help``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from epochtrain.registry import ALGORITHMS
+
+__all__ = ["add_spec_options", "arg_type", "resolve_spec", "settings_help", "spec_flags"]
+
+
+def spec_flags() -> dict[str, tuple[str, Any]]:
+    """Flags derived from the spec's fields: option name -> (setting name, field info).
+
+    Every top-level field of RunSpec, every trainer parameter and every buffer setting gets
+    ``--name``; the algorithm's own config fields (which depend on ``--algo``) go through
+    ``--set``. ``resume_from`` is ``train --resume`` and ``logdir`` is the CLI's own.
+    """
+    from epochtrain.config import fields_info
+    from epochtrain.spec import BufferSpec, RunSpec
+    from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
+
+    skip = {"algo", "env_id", "config", "trainer", "buffer", "logging", "resume_from"}
+    flags: dict[str, tuple[str, Any]] = {}
+    sources: list[tuple[str, type[Any]]] = [
+        ("", RunSpec),
+        ("trainer.", OnpolicyParams),
+        ("trainer.", OffpolicyParams),
+        ("trainer.", OfflineParams),
+        ("buffer.", BufferSpec),
+    ]
+    for prefix, cls in sources:
+        for info in fields_info(cls):
+            if info.name in skip or info.name in {f.replace("-", "_") for f in flags}:
+                continue
+            flags[info.name.replace("_", "-")] = (prefix + info.name, info)
+    return flags
+
+
+def add_spec_options(parser: argparse.ArgumentParser) -> None:
+    """``--algo``, ``--env``, ``--config``, ``--set`` and one flag per spec field."""
+    parser.add_argument(
+        "--algo",
+        choices=sorted(ALGORITHMS),
+        default=None,
+        help="algorithm to train (required unless --config names it)",
+    )
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a run spec file (.toml or .json) to start from",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set any setting (see the list below), e.g. --set lr=3e-4 "
+        "--set trainer.batch_size=128 --set hidden=[64,64]",
+    )
+    for flag, (_, info) in spec_flags().items():
+        text = info.help
+        if info.type is bool:
+            parser.add_argument(
+                f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=text
+            )
+            continue
+        parser.add_argument(
+            f"--{flag}",
+            type=arg_type(info.type),
+            default=None,
+            metavar=flag.replace("-", "_").upper(),
+            help=f"{text} ({info.allowed})",
+        )
+
+
+def arg_type(tp: Any) -> Callable[[str], Any]:
+    """The argparse ``type`` of a field: int and float fields parse (so ``--seed x`` is a
+    usage error naming the option); ``none`` stands for None; anything else stays text
+    for the spec's validator."""
+    import types
+    import typing
+
+    args = (
+        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    )
+    number = next((a for a in args if a in (int, float)), None)
+    if number is None:
+        return str
+
+    def parse(text: str) -> Any:
+        if text.lower() == "none" and type(None) in args:
+            return None
+        return number(text)
+
+    parse.__name__ = number.__name__  # argparse names the type in its error
+    return parse
+
+
+def settings_help() -> str:
+    """Every setting of a run spec, with its default and help: the ``--help`` epilog."""
+    from epochtrain.config import fields_info
+    from epochtrain.registry import ALGORITHMS
+    from epochtrain.spec import BufferSpec, LogSpec
+    from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
+
+    def block(title: str, cls: Any, prefix: str) -> list[str]:
+        lines = [title]
+        for info in fields_info(cls):
+            default = "none" if info.default is None else info.default
+            if isinstance(default, tuple):
+                default = list(default)
+            lines.append(f"  {prefix}{info.name} = {default!r}  [{info.allowed}] {info.help}")
+        return lines
+
+    out = [
+        "settings (--set NAME=VALUE; NAME is dotted, e.g. trainer.batch_size, or a bare name "
+        "found in one place; VALUE is a TOML literal or none):"
+    ]
+    out += block("trainer (on-policy algorithms):", OnpolicyParams, "trainer.")
+    out += block("trainer (off-policy algorithms):", OffpolicyParams, "trainer.")
+    out += block("trainer (offline algorithms):", OfflineParams, "trainer.")
+    out += block("buffer:", BufferSpec, "buffer.")
+    out += block("logging:", LogSpec, "logging.")
+    for name, entry in sorted(ALGORITHMS.items()):
+        out += block(
+            f"config of {name} ({entry.config_cls.__name__}):", entry.config_cls, "config."
+        )
+    out.append(
+        "`epochtrain config --algo A --env E` prints the resolved spec with the tuned preset."
+    )
+    return "\n".join(out)
+
+
+def resolve_spec(args: argparse.Namespace) -> Any:
+    """The run spec of ``train``/``config``: the file or tuned preset, then flags, then --set."""
+    from epochtrain.spec import RunSpec, parse_value
+
+    if args.config is not None:
+        spec = RunSpec.from_file(args.config)
+        if args.algo is not None and args.algo != spec.algo:
+            raise ValueError(
+                f"--algo {args.algo} differs from the algo {spec.algo!r} of --config {args.config}"
+            )
+    else:
+        if args.algo is None:
+            raise ValueError("--algo is required (or give --config FILE naming one)")
+        spec = RunSpec.tuned(args.algo, args.env)
+    overrides: dict[str, Any] = {}
+    for flag, (name, _) in spec_flags().items():
+        value = getattr(args, flag.replace("-", "_"))
+        if value is not None:
+            overrides[name] = value
+    for item in args.set:
+        name, eq, text = item.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
+        overrides[name.strip()] = parse_value(text.strip())
+    return spec.with_overrides(overrides)
