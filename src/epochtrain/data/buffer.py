@@ -491,6 +491,15 @@ class ReplayBuffer:
         buf._load_state(state, copy=False)  # the loaded tensors are ours alone
         return buf
 
+    @classmethod
+    def from_minari(cls, dataset: Any, *, device: str | torch.device = "cpu") -> ReplayBuffer:
+        """Every transition of a local Minari dataset (an id or a ``MinariDataset``) in a
+        single-env buffer; see :func:`epochtrain.data.minari.load_minari_buffer` (extra
+        ``minari``; a dataset not downloaded yet raises naming ``minari download <id>``)."""
+        from epochtrain.data.minari import load_minari_buffer  # optional extra, loaded late
+
+        return load_minari_buffer(dataset, device=device)
+
 
 @dataclass(frozen=True)
 class BufferMark:

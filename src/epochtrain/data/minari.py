@@ -1,0 +1,224 @@
+"""Minari datasets: read one into a :class:`ReplayBuffer`, write a recorded buffer as one.
+
+`Minari <https://minari.farama.org>`_ is Farama's format for offline-RL datasets (the
+successor of D4RL). Only local datasets are read (``download=False``): a missing one
+raises ``FileNotFoundError`` naming ``minari download <id>``. Datasets live under
+``MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``).
+
+* :func:`load_minari_buffer` (also ``ReplayBuffer.from_minari``): every step of every
+  episode becomes one transition of a single-env buffer, episodes one after the other;
+  ``obs_next`` is the episode's next observation, so a truncated episode's last
+  transition bootstraps from its true final observation.
+* :func:`write_minari`: the complete episodes of a buffer (or a buffer file from
+  ``epochtrain collect``) become a Minari dataset; the metadata records the recording
+  policy's episode returns (``recording_returns_mean``, ``_std``, ``_min``, ``_max``,
+  ``recording_episodes``).
+
+Needs the ``minari`` extra (``pip install 'epochtrain[minari]'``; minari's default
+storage format, HDF5, also needs ``h5py``: ``pip install 'minari[hdf5]'``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.extras import require
+
+__all__ = ["load_minari_buffer", "write_minari"]
+
+Tree = Any
+"""An array, or a dict of trees (dict observations)."""
+
+
+def _tree_map(fn: Callable[..., Any], *trees: Tree) -> Tree:
+    if isinstance(trees[0], dict):
+        return {k: _tree_map(fn, *(t[k] for t in trees)) for k in trees[0]}
+    return fn(*trees)
+
+
+def _check_dataset_id(dataset_id: object) -> str:
+    if not isinstance(dataset_id, str) or not dataset_id:
+        raise ValueError(
+            f"dataset_id must be a Minari id such as 'mujoco/halfcheetah/medium-v0', "
+            f"got {dataset_id!r}"
+        )
+    return dataset_id
+
+
+def _open_dataset(dataset: Any) -> Any:
+    """A ``MinariDataset`` from an id (local only) or the dataset itself."""
+    minari = require("minari", extra="minari")
+    if isinstance(dataset, minari.MinariDataset):
+        return dataset
+    dataset_id = _check_dataset_id(dataset)
+    if dataset_id not in minari.list_local_datasets():
+        root = os.environ.get("MINARI_DATASETS_PATH", "~/.minari/datasets")
+        raise FileNotFoundError(
+            f"Minari dataset {dataset_id!r} is not in {root}: run `minari download "
+            f"{dataset_id}` first (epochtrain never downloads), or set MINARI_DATASETS_PATH"
+        )
+    return minari.load_dataset(dataset_id, download=False)
+
+
+def load_minari_buffer(dataset: Any, *, device: str | torch.device = "cpu") -> ReplayBuffer:
+    """Every transition of a local Minari dataset in a single-env :class:`ReplayBuffer`.
+
+    :param dataset: a dataset id (``"D4RL/door/human-v2"``, looked up locally) or a
+        ``minari.MinariDataset``.
+    :param device: where the buffer's sampled batches go.
+    """
+    data = _open_dataset(dataset)
+    episodes = list(data.iterate_episodes())
+    if not episodes or not sum(len(ep.rewards) for ep in episodes):
+        raise ValueError(f"Minari dataset {data.spec.dataset_id!r} holds no transitions")
+
+    def cat(*arrays: np.ndarray) -> np.ndarray:
+        return np.concatenate(arrays)[:, None]  # [steps, 1 env, ...]
+
+    obs = _tree_map(cat, *(_tree_map(lambda o: o[:-1], ep.observations) for ep in episodes))
+    obs_next = _tree_map(cat, *(_tree_map(lambda o: o[1:], ep.observations) for ep in episodes))
+    columns: dict[str, Tree] = {
+        "obs": obs,
+        "act": cat(*(np.asarray(ep.actions) for ep in episodes)),
+        "rew": cat(*(np.asarray(ep.rewards) for ep in episodes)),
+        "terminated": cat(*(np.asarray(ep.terminations) for ep in episodes)),
+        "truncated": cat(*(np.asarray(ep.truncations) for ep in episodes)),
+        "obs_next": obs_next,
+    }
+    steps = len(columns["rew"])
+    buffer = ReplayBuffer(steps, 1, device=device)
+    first = {k: _tree_map(lambda a: a[0], v) for k, v in columns.items()}
+    buffer.add(**first)  # allocates the storage with the buffer's own dtypes
+    state = buffer.state_dict()
+    template = state["storage"]
+
+    def as_storage(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(values).to(like.dtype).reshape(steps, *like.shape[1:])
+
+    state["storage"] = {key: _tree_map(as_storage, columns[key], template[key]) for key in template}
+    state.update(cursor=0, size=steps, n_invalid=0)
+    buffer.load_state_dict(state)
+    return buffer
+
+
+def _episodes(buffer: ReplayBuffer) -> list[dict[str, Tree]]:
+    """The complete episodes of ``buffer``, env by env, oldest first, as numpy arrays."""
+    rollout = buffer.rollout()
+    valid = rollout.valid.numpy() if rollout.valid is not None else None
+    ends = (rollout.terminated | rollout.truncated).numpy()
+    episodes = []
+    for env in range(buffer.num_envs):
+        start = None
+        for t in range(ends.shape[0]):
+            if valid is not None and not valid[t, env]:
+                start = None  # NEXT_STEP reset row: the next row starts an episode
+                continue
+            if start is None:
+                start = t
+            if ends[t, env]:
+                episodes.append(_episode(rollout, env, _rows(valid, env, start, t)))
+                start = None
+    return episodes
+
+
+def _rows(valid: np.ndarray | None, env: int, start: int, end: int) -> np.ndarray:
+    rows = np.arange(start, end + 1)
+    return rows if valid is None else rows[valid[start : end + 1, env]]
+
+
+def _episode(rollout: Any, env: int, rows: np.ndarray) -> dict[str, Tree]:
+    def take(t: Any) -> Tree:
+        if isinstance(t, dict):
+            return {k: take(v) for k, v in t.items()}
+        return t[rows, env].numpy()
+
+    obs, obs_next = take(rollout.obs), take(rollout.obs_next)
+    return {
+        "observations": _tree_map(lambda o, n: np.concatenate([o, n[-1:]]), obs, obs_next),
+        "actions": take(rollout.act),
+        "rewards": take(rollout.rew).astype(np.float64),
+        "terminations": take(rollout.terminated).astype(bool),
+        "truncations": take(rollout.truncated).astype(bool),
+    }
+
+
+def write_minari(
+    buffer_or_path: ReplayBuffer | str | os.PathLike[str],
+    dataset_id: str,
+    env_id: str,
+    *,
+    algorithm_name: str | None = None,
+    author: str | None = None,
+    description: str | None = None,
+    data_format: Literal["hdf5", "arrow"] = "hdf5",
+) -> Path:
+    """Write the complete episodes of a buffer as the local Minari dataset ``dataset_id``;
+    returns its directory.
+
+    :param buffer_or_path: a :class:`ReplayBuffer` or a buffer file written by
+        :meth:`ReplayBuffer.save` (``epochtrain collect``). Episodes still running at
+        the end of the buffer (and any the ring overwrote the start of) are left out.
+    :param dataset_id: ``"<namespace>/<name>-v<version>"`` or ``"<name>-v<version>"``;
+        an existing dataset of that id raises (Minari does not overwrite).
+    :param env_id: the gymnasium id the data was recorded on (stored as the dataset's env
+        spec, so ``dataset.recover_environment()`` works).
+    :param algorithm_name: the recording policy (e.g. ``"PPO medium"``).
+    :param author: author of the dataset.
+    :param description: free text shown by ``minari show``.
+    :param data_format: Minari storage format: ``"hdf5"`` (needs ``h5py``) or
+        ``"arrow"`` (needs ``pyarrow``).
+    """
+    minari = require("minari", extra="minari")
+    episode_buffer = require("minari.data_collector.episode_buffer", extra="minari")
+    _check_dataset_id(dataset_id)
+    if data_format not in ("hdf5", "arrow"):
+        raise ValueError(f"data_format must be 'hdf5' or 'arrow', got {data_format!r}")
+    if isinstance(buffer_or_path, ReplayBuffer):
+        buffer = buffer_or_path
+    elif isinstance(buffer_or_path, (str, os.PathLike)):
+        buffer = ReplayBuffer.load(buffer_or_path)
+    else:
+        raise TypeError(
+            f"buffer_or_path must be a ReplayBuffer or a buffer file path, got {buffer_or_path!r}"
+        )
+    if dataset_id in minari.list_local_datasets():
+        raise FileExistsError(
+            f"Minari dataset {dataset_id!r} already exists: pick another dataset_id or "
+            f"delete it (`minari delete {dataset_id}`)"
+        )
+    episodes = _episodes(buffer)
+    if not episodes:
+        raise ValueError(
+            "buffer_or_path holds no complete episode (no terminated or truncated step): "
+            "record until at least one episode ends"
+        )
+    buffers = [episode_buffer.EpisodeBuffer(id=i, infos={}, **ep) for i, ep in enumerate(episodes)]
+    dataset = minari.create_dataset_from_buffers(
+        dataset_id,
+        buffers,
+        env=env_id,
+        algorithm_name=algorithm_name,
+        author=author,
+        description=description,
+        data_format=data_format,
+    )
+    dataset.storage.update_metadata(_returns_metadata([ep["rewards"] for ep in episodes]))
+    return Path(dataset.storage.data_path).parent
+
+
+def _returns_metadata(rewards: Sequence[np.ndarray]) -> dict[str, float | int]:
+    returns = np.array([float(r.sum()) for r in rewards])
+    return {
+        "recording_episodes": len(returns),
+        "recording_returns_mean": float(returns.mean()),
+        "recording_returns_std": float(returns.std()),
+        "recording_returns_min": float(returns.min()),
+        "recording_returns_max": float(returns.max()),
+    }
