@@ -3,6 +3,7 @@
 from epochtrain.data.batch import EXTRA_FIELDS, ActResult, Batch, Obs, obs_map
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Actor, Collector
+from epochtrain.data.minari import load_minari_buffer, write_minari
 from epochtrain.data.prioritized import PrioritizedReplayBuffer, SumTree
 
 __all__ = [
@@ -15,5 +16,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "ReplayBuffer",
     "SumTree",
+    "load_minari_buffer",
     "obs_map",
+    "write_minari",
 ]

@@ -102,7 +102,13 @@ def load_minari_buffer(dataset: Any, *, device: str | torch.device = "cpu") -> R
     def as_storage(values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(values).to(like.dtype).reshape(steps, *like.shape[1:])
 
-    state["storage"] = {key: _tree_map(as_storage, columns[key], template[key]) for key in template}
+    def column(key: str, like: Tree) -> Tree:
+        if key in columns:
+            return _tree_map(as_storage, columns[key], like)
+        # a buffer-only column (the `valid` mask): every row as the first, real, one
+        return like[:1].expand(steps, *like.shape[1:]).clone()
+
+    state["storage"] = {key: column(key, like) for key, like in template.items()}
     state.update(cursor=0, size=steps, n_invalid=0)
     buffer.load_state_dict(state)
     return buffer
