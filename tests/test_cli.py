@@ -100,3 +100,66 @@ def test_short_run_writes_tensorboard_logs(tmp_path: Path) -> None:
     assert "Epoch #1:" in result.stdout
     assert "mean test return" in result.stdout
     assert list(tmp_path.rglob("events.out.tfevents.*"))
+
+
+def test_config_prints_the_tuned_spec_with_set_applied(capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+
+    from epochtrain import RunSpec
+
+    argv = ["config", "--algo", "ppo", "--set", "lr=3e-4", "--set", "trainer.batch_size=128"]
+    assert main([*argv, "--seed", "2", "--set", "hidden=[32, 32]"]) == 0
+    printed = RunSpec.from_dict(tomllib.loads(capsys.readouterr().out))
+    expected = RunSpec.tuned("ppo", "CartPole-v1", seed=2).with_overrides(
+        {"lr": 3e-4, "trainer.batch_size": 128, "hidden": (32, 32)}
+    )
+    assert printed == expected
+
+
+def test_config_file_is_the_base_and_flags_apply_over_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from epochtrain import RunSpec
+
+    RunSpec.tuned("dqn", "CartPole-v1").with_overrides({"lr": 1e-3}).to_file(tmp_path / "r.toml")
+    assert main(["config", "--config", str(tmp_path / "r.toml"), "--max-epoch", "7", "--json"]) == 0
+    spec = RunSpec.from_dict(json.loads(capsys.readouterr().out))
+    assert spec.algo == "dqn" and spec.config.lr == 1e-3 and spec.trainer.max_epoch == 7
+
+
+@pytest.mark.parametrize(
+    ("setting", "fragment"),
+    [("lrr=1", "unknown setting 'lrr'"), ("lr=-1", "PPOConfig.lr"), ("lr", "NAME=VALUE")],
+)
+def test_bad_set_exits_2_with_one_line_naming_the_setting(
+    setting: str, fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["config", "--algo", "ppo", "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err
+
+
+def test_help_lists_every_setting_from_the_dataclasses(capsys: pytest.CaptureFixture[str]) -> None:
+    from epochtrain import ALGORITHMS
+    from epochtrain.config import fields_info
+
+    with pytest.raises(SystemExit):
+        main(["config", "--help"])
+    out = capsys.readouterr().out
+    for entry in ALGORITHMS.values():
+        for info in fields_info(entry.config_cls):
+            assert f"config.{info.name} = " in out, (entry.name, info.name)
+    assert "trainer.update_per_step = 1.0" in out and "--batch-size" in out
+
+
+def test_train_writes_the_resolved_spec_into_the_run_directory(tmp_path: Path) -> None:
+    from epochtrain import RunSpec
+
+    argv = ["train", "--algo", "ppo", "--max-epoch", "1", "--step-per-epoch", "256"]
+    assert main([*argv, "--set", "num_envs=2", "--logdir", str(tmp_path), "--no-progress"]) == 0
+    (spec_file,) = tmp_path.glob("*/spec.toml")
+    spec = RunSpec.from_file(spec_file)
+    assert spec.num_envs == 2 and spec.trainer.max_epoch == 1
+    assert spec.logging.logdir == str(spec_file.parent)
