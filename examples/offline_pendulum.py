@@ -39,7 +39,10 @@ def main(out_dir: Path = Path("offline_pendulum")) -> None:
         "ppo", "Pendulum-v1", seed=0, stop_fn=lambda best: best >= MEDIUM, show_progress=False
     )
     ppo.run()
-    print(f"PPO stopped at {ppo.state.env_step} env steps, best test return {ppo.state.best_test_return:.0f}")
+    state = ppo.state
+    print(
+        f"PPO stopped at {state.env_step} env steps, best test return {state.best_test_return:.0f}"
+    )
 
     path = out_dir / "pendulum_medium.buf"
     info = record_dataset(ppo.policy, "Pendulum-v1", 20_000, path, seed=0, policy_name="ppo")

@@ -198,7 +198,22 @@ def _async_trainer(resume_from: Path | None = None) -> OffpolicyTrainer[Any]:
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
     )
     policy = TinyPolicy(train_envs)
-    return OffpolicyTrainer(policy=policy, train_collector=Collector(policy, train_envs, ReplayBuffer(400, 2)), test_collector=Collector(policy, make_envs(2), exploration=False), params=OffpolicyParams(max_epoch=3, step_per_epoch=40, step_per_collect=10, batch_size=16, episode_per_test=2, show_progress=False, seed=7, resume_from=resume_from))  # fmt: skip
+    params = OffpolicyParams(
+        max_epoch=3,
+        step_per_epoch=40,
+        step_per_collect=10,
+        batch_size=16,
+        episode_per_test=2,
+        show_progress=False,
+        seed=7,
+        resume_from=None if resume_from is None else str(resume_from),
+    )
+    return OffpolicyTrainer(
+        policy=policy,
+        train_collector=Collector(policy, train_envs, ReplayBuffer(400, 2)),
+        test_collector=Collector(policy, make_envs(2), exploration=False),
+        params=params,
+    )
 
 
 def test_async_envs_restart_their_episodes_deterministically(tmp_path: Path) -> None:

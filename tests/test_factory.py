@@ -10,8 +10,8 @@ import torch
 from epochtrain.algorithms import BC, DQN, PPO
 from epochtrain.data import ReplayBuffer
 from epochtrain.factory import make_trainer
-from epochtrain.presets import PRESETS
 from epochtrain.logger import LazyLogger, TensorboardLogger
+from epochtrain.presets import PRESETS
 from epochtrain.trainer import OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 
 
