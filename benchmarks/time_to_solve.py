@@ -24,8 +24,8 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from epochtrain.factory import DEFAULTS, make_trainer
-from epochtrain.trainer import OfflineTrainer
+from epochtrain.factory import make_trainer
+from epochtrain.registry import ALGORITHMS
 
 THRESHOLDS = {"CartPole-v1": 475.0}
 """Default thresholds per env; other envs need ``--threshold``."""
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the flags, run every (seed, algo) pair, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    online = sorted(a for a, spec in DEFAULTS.items() if spec.trainer_cls is not OfflineTrainer)
+    online = sorted(name for name, entry in ALGORITHMS.items() if entry.kind != "offline")
     parser.add_argument("--algos", nargs="+", default=["dqn", "ppo"], choices=online)
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
     parser.add_argument(
