@@ -1,18 +1,24 @@
-"""Learning bars: each algorithm over several seeds at a fixed budget, the table in the docs.
+"""Learning bars: each algorithm over several seeds at a fixed budget, run as an experiment.
 
-Protocol, per case and seed: ``make_trainer(algo, env, seed=s, stop_fn=None,
-show_progress=False, max_epoch=E)`` with the factory's tuned defaults (plus the per-env settings and
-any ``--override``), where E is the number of whole epochs that fit in the budget after
-the warm-up (online cases: env steps, warm-up included; offline: gradient steps); a run
-that uses more than the budget does not count as reached. The
-metric is the **last** epoch's deterministic test return (10 episodes), not the best one.
-A case passes when at least 4 of 5 seeds reach its target. One JSON line per run goes to
-``--out``; ``--table`` prints the markdown table built from that file (the newest run per
-case, seed and overrides) and ``--write-docs`` puts it into docs/benchmarks.md.
+Protocol, per case and seed: ``RunSpec.tuned(algo, env, seed=s)`` (the presets of
+:mod:`epochtrain.presets`) with the case's overrides, no early stop (``stop_at=None``) and
+``max_epoch=E``, where E is the number of whole epochs that fit in the budget after the
+warm-up (online cases: env steps, warm-up included; offline: gradient steps); a run that
+uses more than the budget does not count as reached. The metric is the **last** epoch's
+deterministic test return (10 episodes), not the best one: ``epochtrain compare --score
+final``. The cases of one group (their env, and online or offline) run through
+:func:`epochtrain.experiment.run_experiment` into ``--out/<group>/`` with the processes
+backend, so re-running the command skips finished runs and resumes interrupted ones::
 
-    OMP_NUM_THREADS=1 python benchmarks/learning.py sac-pendulum --seeds 0 1 2 3 4 \\
-        --out benchmarks/results/learning.jsonl
-    python benchmarks/learning.py --table --out benchmarks/results/learning.jsonl --write-docs
+    OMP_NUM_THREADS=1 python benchmarks/learning.py ppo-cartpole dqn-cartpole --seeds 0-9 \\
+        --out /work/bench-learning
+    epochtrain compare /work/bench-learning/CartPole-v1 --score final --out report/
+    python benchmarks/learning.py --table --out /work/bench-learning --write-docs
+
+``--table`` prints the markdown table of every case found under ``--out``: IQM [95% CI],
+mean and median computed as ``epochtrain compare`` computes them (same bootstrap, same
+seed), the per-seed finals and how many seeds reached the target; ``--write-docs`` puts
+it into docs/benchmarks.md.
 
 Offline cases read the dataset ``benchmarks/data/pendulum_medium.buf`` and, when it is
 missing, record it first with ``epochtrain collect`` (see DATASET_COMMAND); their target is
@@ -22,24 +28,21 @@ the dataset policy's mean episode return, read from the dataset's ``.json`` side
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import math
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-import torch
-
-from epochtrain.factory import DEFAULTS, make_trainer
+from epochtrain.experiment import load_experiment, run_experiment, summarize_tasks
+from epochtrain.experiment.bootstrap import DEFAULT_REPS
+from epochtrain.experiment.cli import parse_seeds
+from epochtrain.experiment.runs import RESULT_FILE
+from epochtrain.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = ROOT / "benchmarks" / "data" / "pendulum_medium.buf"
@@ -70,9 +73,14 @@ class Case:
     algo: str
     env: str
     budget: int
-    target: float | None  # None: the dataset policy's return (offline cases)
+    target: float | None  # None: the dataset policy's return (offline), or no bar (MuJoCo)
     offline: bool = False
     overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        """The experiment directory of the case under ``--out``: one env, online or offline."""
+        return f"{self.env}-offline" if self.offline else self.env
 
 
 _MUJOCO = {"warmup_steps": 10_000, "step_per_epoch": 10_000, "buffer_size": 100_000}
@@ -96,127 +104,152 @@ CASES: dict[str, Case] = {
 }
 """Every learning bar of the project, by name."""
 
+RUN_ORDER = [
+    "sac-cartpole",
+    "dqn-cartpole",
+    "ppo-cartpole",
+    "a2c-cartpole",
+    "pg-cartpole",
+    "sac-pendulum",
+    "ppo-pendulum",
+    "td3-pendulum",
+    "ddpg-pendulum",
+]
+"""Longest first within a group, so the two workers finish together."""
 
-def epochs_for(case: Case, overrides: Mapping[str, Any]) -> int:
-    """Whole epochs that fit the budget after the warm-up, with the factory's settings."""
-    spec = DEFAULTS[case.algo]
-    merged = {**spec.trainer, **spec.per_env.get(case.env, {}), **overrides}
-    steps = case.budget - (0 if case.offline else int(merged.get("warmup_steps", 0)))
-    epochs = steps // int(merged["step_per_epoch"])
+
+def case_spec(case: Case, seed: int, extra: Mapping[str, Any] | None = None) -> RunSpec:
+    """The run of ``case`` on ``seed``: tuned preset, overrides, whole budget, no early stop."""
+    spec = RunSpec.tuned(case.algo, case.env, seed=seed).with_overrides(
+        {**case.overrides, **(extra or {}), "stop_at": None}
+    )
+    if case.offline:
+        spec = spec.with_overrides({"dataset": str(DATASET)})
+    warmup = 0 if case.offline else int(getattr(spec.trainer, "warmup_steps", 0))
+    epochs = (case.budget - warmup) // spec.trainer.step_per_epoch
     if epochs < 1:
         raise ValueError(f"budget {case.budget} leaves no whole epoch for {case.algo}")
-    return epochs
+    return spec.with_overrides({"max_epoch": epochs})
 
 
-def dataset_meta() -> dict[str, Any]:
-    """The sidecar of the offline dataset, recording it first when it is missing."""
+def case_of(run_algo: str, run_env: str, group: str) -> str | None:
+    """The case name of a run found in the experiment directory ``group``."""
+    for name, case in CASES.items():
+        if case.algo == run_algo and case.env == run_env and case.group == group:
+            return name
+    return None
+
+
+def dataset_target() -> float:
+    """The offline target: the dataset policy's mean episode return (records it if missing)."""
     sidecar = DATASET.with_name(DATASET.name + ".json")
     if not DATASET.exists() or not sidecar.exists():
         cmd = [sys.executable, "-m", "epochtrain", *DATASET_COMMAND]
         print("recording the dataset:", shlex.join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT)
-    meta: dict[str, Any] = json.loads(sidecar.read_text())
-    return meta
+    return float(json.loads(sidecar.read_text())["return_mean"])
 
 
-def run_one(name: str, case: Case, seed: int, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Train one seed of ``case`` for its whole budget; return the run's figures."""
-    overrides: dict[str, Any] = {**case.overrides, **extra}
-    target = case.target
-    meta: dict[str, Any] = {}
-    if case.offline:
-        from epochtrain.data import ReplayBuffer
+def run_cases(names: Sequence[str], seeds: Sequence[int], out: Path, workers: int) -> None:
+    """Run every case of ``names`` on ``seeds``, one experiment per group under ``out``."""
+    ordered = sorted(names, key=lambda n: RUN_ORDER.index(n) if n in RUN_ORDER else -1)
+    groups: dict[str, list[RunSpec]] = {}
+    for name in ordered:
+        case = CASES[name]
+        if case.offline:
+            dataset_target()
+        groups.setdefault(case.group, []).extend(case_spec(case, s) for s in seeds)
+    for group, specs in groups.items():
+        print(f"{group}: {len(specs)} runs into {out / group}", flush=True)
+        experiment = run_experiment(specs, out / group, backend="processes", workers=workers)
+        unfinished = [r.run_id for r in experiment.runs if r.status != "finished"]
+        print(f"{group}: done; not finished: {unfinished or 'none'}", flush=True)
 
-        meta = dataset_meta()
-        target = float(meta["return_mean"])
-        overrides["buffer"] = ReplayBuffer.load(DATASET)
-    trainer = make_trainer(
-        case.algo,
-        case.env,
-        seed=seed,
-        stop_fn=None,
-        show_progress=False,
-        max_epoch=epochs_for(case, overrides),
-        **overrides,
-    )
-    start = time.perf_counter()
-    for _ in trainer:
-        pass
-    seconds = time.perf_counter() - start
-    info = trainer.info_stat()
-    last = trainer.last_test_stat
-    assert last is not None and last.returns_stat is not None
-    final = last.returns_stat.mean
-    used = info.gradient_step if case.offline else info.env_step
-    return {
-        "case": name,
-        "algo": case.algo,
-        "env": case.env,
-        "seed": seed,
-        "budget": case.budget,
-        "offline": case.offline,
-        "target": target,
-        "final_return": final,
-        "final_return_std": last.returns_stat.std,
-        "reached": target is not None and final >= target and used <= case.budget,
-        "best_test_return": info.best_test_return,
-        "seconds": round(seconds, 2),
-        "env_steps": info.env_step,
-        "gradient_steps": info.gradient_step,
-        "env_steps_per_s": round(info.env_step / seconds, 1) if info.env_step else None,
-        "dataset": meta or None,
-        "overrides": {k: repr(v) for k, v in extra.items()},
-        "torch": torch.__version__,
-        "gymnasium": gym.__version__,
-        "python": platform.python_version(),
-        "command": shlex.join(["python", "benchmarks/learning.py", *sys.argv[1:]]),
-    }
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The finished runs of one case, read back from its experiment directory."""
+
+    name: str
+    case: Case
+    seeds: list[int]
+    finals: list[float]
+    used: list[float]
+    """Env steps (gradient steps offline) of each run's last test."""
+    seconds: list[float]
+    target: float | None
+
+
+def read_results(out: Path) -> list[CaseResult]:
+    """Every case with finished runs in the experiment directories under ``out``."""
+    results = []
+    for index in sorted(out.glob("*/experiment.json")):
+        group = index.parent.name
+        experiment = load_experiment(index.parent)
+        by_case: dict[str, list[Any]] = {}
+        for run in experiment.finished():
+            name = case_of(run.algo, run.env_id, group)
+            if name is not None:
+                by_case.setdefault(name, []).append(run)
+        for name, runs in sorted(by_case.items()):
+            runs.sort(key=lambda r: r.seed)
+            case = CASES[name]
+            walls = [json.loads((r.path / RESULT_FILE).read_text())["wall_time"] for r in runs]
+            results.append(
+                CaseResult(
+                    name=name,
+                    case=case,
+                    seeds=[r.seed for r in runs],
+                    finals=[r.score("final") for r in runs],
+                    used=[float(r.steps[-1]) for r in runs],
+                    seconds=[float(w) for w in walls],
+                    target=dataset_target() if case.offline else case.target,
+                )
+            )
+    return results
 
 
 def _fmt(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}"
 
 
-def summary_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table, one line per (case, overrides): the newest run of each seed."""
-    newest: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for row in rows:
-        newest[(row["case"], json.dumps(row["overrides"], sort_keys=True), row["seed"])] = row
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for (case, over, _), row in sorted(newest.items()):
-        groups.setdefault((case, over), []).append(row)
+def summary_table(results: Sequence[CaseResult], *, reps: int = DEFAULT_REPS, seed: int = 0) -> str:
+    """Markdown table, one line per case: IQM [95% CI] as ``epochtrain compare`` prints it."""
     lines = [
-        "| case | env | budget | target | final test return mean ± std (per seed) "
-        "| reached | wall-clock median | env steps/s | command |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| case | env | budget | target | IQM [95% CI] | mean | median | final per seed "
+        "| reached | wall-clock median | command |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (case, over), runs in groups.items():
-        finals = [r["final_return"] for r in runs]
-        mean = statistics.fmean(finals)
-        # one seed has no spread: print its value alone rather than a made-up "± 0"
-        spread = f"**{_fmt(mean)}**"
-        if len(finals) > 1:
-            spread = f"**{_fmt(mean)} ± {_fmt(statistics.pstdev(finals))}**"
-        target = runs[0]["target"]
-        reached = sum(bool(r["reached"]) for r in runs)
-        unit = "gradient steps" if runs[0]["offline"] else "env steps"
-        speeds = [r["env_steps_per_s"] for r in runs if r["env_steps_per_s"]]
-        speed = f"{statistics.median(speeds):,.0f}" if speeds else "–"
-        overrides = json.loads(over)
-        label = " ".join([case, *(f"{k}={v}" for k, v in overrides.items())])
-        seeds = " ".join(str(r["seed"]) for r in runs)
-        cmd = f"`python benchmarks/learning.py {case} --seeds {seeds}"
-        cmd += "".join(f" --override {k}={v}" for k, v in overrides.items()) + "`"
-        target_txt = "–" if target is None or math.isnan(target) else _fmt(target)
-        per_seed = ", ".join(_fmt(f) for f in finals)
-        reached_txt = "–" if target is None else f"{reached}/{len(runs)}"
+    for res in results:
+        case = res.case
+        scores = {case.algo: [[f] for f in res.finals]}
+        summary = summarize_tasks(scores, tasks=[case.env], reps=reps, seed=seed)
+        s = summary[case.algo][case.env]
+        iqm = f"**{_fmt(s.iqm.estimate)}** [{_fmt(s.iqm.ci_low)}, {_fmt(s.iqm.ci_high)}]"
+        unit = "gradient steps" if case.offline else "env steps"
+        target = "–" if res.target is None else _fmt(res.target)
+        reached = "–"
+        if res.target is not None:
+            hits = sum(
+                f >= res.target and u <= case.budget
+                for f, u in zip(res.finals, res.used, strict=True)
+            )
+            reached = f"{hits}/{len(res.finals)}"
+        seeds = _seed_text(res.seeds)
         lines.append(
-            f'| <a id="{case}"></a>{label} | {runs[0]["env"]} | {runs[0]["budget"]:,} {unit} '
-            f"| {target_txt} | {spread} ({per_seed}) "
-            f"| {reached_txt} | {statistics.median(r['seconds'] for r in runs):.0f} s "
-            f"| {speed} | {cmd} |"
+            f'| <a id="{res.name}"></a>{res.name} | {case.env} | {case.budget:,} {unit} '
+            f"| {target} | {iqm} | {_fmt(s.mean.estimate)} | {_fmt(s.median.estimate)} "
+            f"| {', '.join(_fmt(f) for f in res.finals)} | {reached} "
+            f"| {statistics.median(res.seconds):.0f} s "
+            f"| `python benchmarks/learning.py {res.name} --seeds {seeds}` |"
         )
     return "\n".join(lines)
+
+
+def _seed_text(seeds: Sequence[int]) -> str:
+    if len(seeds) > 2 and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return " ".join(str(s) for s in seeds)
 
 
 START, END = "<!-- learning-table:start -->", "<!-- learning-table:end -->"
@@ -235,42 +268,26 @@ def write_docs(table: str) -> None:
     docs.write_text(text)
 
 
-def _parse_override(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"--override wants key=value, got {text!r}")
-    try:
-        return key, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return key, value
-
-
 def main() -> None:
     """Run the named cases (or print the table); see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", choices=[*CASES, []], help="cases to run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--override", type=_parse_override, action="append", default=[])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/learning.jsonl")
+    parser.add_argument("--seeds", nargs="+", default=["0-9"], help="e.g. 0 1 2, or 0-9")
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench-learning"), help="root of the experiments"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="processes running runs")
     parser.add_argument("--table", action="store_true", help="print the table from --out")
     parser.add_argument("--write-docs", action="store_true", help="also put it in the docs")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    extra = dict(args.override)
-    for name in args.cases:
-        for seed in args.seeds:
-            row = run_one(name, CASES[name], seed, extra)
-            print(
-                f"{name} seed {seed}: final {row['final_return']:.1f} "
-                f"(target {row['target']}) {row['seconds']:.0f} s {row['env_steps']} env steps",
-                flush=True,
-            )
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            with args.out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.cases:
+        run_cases(args.cases, seeds, args.out, args.workers)
     if args.table or args.write_docs:
-        rows = [json.loads(line) for line in args.out.read_text().splitlines() if line]
-        table = summary_table(rows)
+        table = summary_table(read_results(args.out))
         print(table)
         if args.write_docs:
             write_docs(table)
