@@ -1,21 +1,109 @@
-"""make_envs: the vector envs a run trains and tests on, built from a gymnasium id."""
+"""make_envs: the vector envs a run trains and tests on, built from a gymnasium id.
+
+Three backends: gymnasium's ``SyncVectorEnv`` (``"sync"``, the default: one process,
+picklable, so checkpoints hold the in-flight episodes), its ``AsyncVectorEnv``
+(``"async"``: one process per env) and EnvPool (``"envpool"``, extra ``envpool``: C++
+envs stepped in a thread pool, for the tasks EnvPool provides). Each is a gymnasium
+``VectorEnv`` the :class:`~epochtrain.data.Collector` reads the same way: sync and async
+autoreset on the SAME_STEP (the final observation is in ``info["final_obs"]``), EnvPool on
+the NEXT_STEP (the step after an episode's end only resets it), and the collector turns
+either into the same transitions and ``CollectStats``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["make_envs"]
+from epochtrain.extras import require
+
+__all__ = ["BACKENDS", "EnvPoolVectorEnv", "make_envs"]
+
+Backend = Literal["sync", "async", "envpool"]
+BACKENDS: tuple[Backend, ...] = ("sync", "async", "envpool")
+"""The values of ``make_envs(..., backend=...)``."""
 
 
-def make_envs(env_id: str, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
-    """``num_envs`` copies of ``env_id`` in a SyncVectorEnv with SAME_STEP autoreset."""
+def make_envs(
+    env_id: str, num_envs: int, *, backend: Backend = "sync"
+) -> gym.vector.VectorEnv[Any, Any, Any]:
+    """``num_envs`` copies of ``env_id`` as a vector env of ``backend`` (see the module)."""
+    if backend == "envpool":
+        return EnvPoolVectorEnv(env_id, num_envs)
+    if backend not in ("sync", "async"):
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     envs: gym.vector.VectorEnv[Any, Any, Any] = gym.make_vec(
         env_id,
         num_envs=num_envs,
-        vectorization_mode="sync",
+        vectorization_mode=backend,
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
     )
     return envs
+
+
+class EnvPoolVectorEnv(gym.vector.VectorEnv[Any, Any, Any]):
+    """An EnvPool pool as a gymnasium ``VectorEnv`` with NEXT_STEP autoreset.
+
+    EnvPool seeds its envs when the pool is built, so ``reset(seed=s)`` rebuilds the pool
+    with seed ``s`` (env ``i`` then draws from EnvPool's stream ``s + i``); ``reset()``
+    without a seed resets every env in place. The pool cannot be pickled: a checkpoint
+    restarts its episodes with a seeded reset, as for ``AsyncVectorEnv``.
+
+    :param env_id: an EnvPool task id (``envpool.list_all_envs()``, e.g. ``"CartPole-v1"``,
+        ``"HalfCheetah-v4"``); unknown ids raise naming ``backend="sync"``.
+    :param num_envs: envs in the pool.
+    :param seed: seed of the pool until the first seeded ``reset``.
+    :param max_episode_steps: truncate episodes after this many steps (``None``: the
+        task's own limit, as in gymnasium).
+    """
+
+    def __init__(
+        self, env_id: str, num_envs: int, *, seed: int = 0, max_episode_steps: int | None = None
+    ) -> None:
+        self._envpool = require("envpool", extra="envpool")
+        if env_id not in self._envpool.list_all_envs():
+            raise ValueError(
+                f"env_id {env_id!r} is not an EnvPool task: use backend='sync' (or 'async'), "
+                "or one of envpool.list_all_envs()"
+            )
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self._limit = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+        self._pool: Any = self._build(seed)
+        self.single_observation_space = self._pool.observation_space
+        self.single_action_space = self._pool.action_space
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+        self.spec = gym.spec(env_id) if env_id in gym.registry else None
+
+    def _build(self, seed: int) -> Any:
+        return self._envpool.make_gymnasium(
+            self.env_id, num_envs=self.num_envs, seed=seed, **self._limit
+        )
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env; a seed (an int, or the first of a list) rebuilds the pool."""
+        if seed is not None:
+            self._pool.close()
+            self._pool = self._build(int(seed if isinstance(seed, int) else seed[0]))
+        obs, info = self._pool.reset()
+        return obs, dict(info)
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env; an env that ended on the previous step is reset instead."""
+        obs, rew, terminated, truncated, info = self._pool.step(np.asarray(actions))
+        return obs, rew.astype(np.float64), terminated, truncated, dict(info)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Release the pool's threads."""
+        self._pool.close()

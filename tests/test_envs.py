@@ -1,0 +1,101 @@
+"""make_envs backends: EnvPool gives the collector the same transitions as gymnasium's
+sync envs (episode ends, truncation with the true final observation, step counts)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+from epochtrain.data import Collector, ReplayBuffer
+from epochtrain.envs import EnvPoolVectorEnv, make_envs
+from epochtrain.extras import MissingExtraError
+from tests.trainer.tiny import TinyPolicy
+
+
+def test_sync_and_async_backends_autoreset_on_the_same_step() -> None:
+    for backend in ("sync", "async"):
+        envs = make_envs("CartPole-v1", 2, backend=backend)
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        envs.close()
+    with pytest.raises(ValueError, match="backend must be one of"):
+        make_envs("CartPole-v1", 2, backend="ray")
+
+
+def collect(envs: gym.vector.VectorEnv[Any, Any, Any], n_step: int) -> tuple[Any, ReplayBuffer]:
+    envs.action_space.seed(0)
+    buffer = ReplayBuffer(4 * n_step, envs.num_envs)
+    collector = Collector(TinyPolicy(envs), envs, buffer)
+    collector.reset(seed=0)
+    return collector.collect(n_step=n_step, random=True), buffer
+
+
+def check_episodes(stats: Any, buffer: ReplayBuffer, limit: int) -> None:
+    """Per env: valid rows chain (obs_next = next obs) within episodes, episodes end
+    where the stats say, truncated ones after exactly ``limit`` steps."""
+    batch = buffer.rollout()
+    valid = torch.ones_like(batch.terminated) if batch.valid is None else batch.valid
+    lens = []
+    for env in range(buffer.num_envs):
+        rows = valid[:, env].nonzero().flatten().tolist()
+        length = 0
+        for a, b in zip(rows, [*rows[1:], None], strict=True):
+            length += 1
+            ended = bool(batch.terminated[a, env] or batch.truncated[a, env])
+            if ended:
+                if batch.truncated[a, env] and not batch.terminated[a, env]:
+                    assert length == limit
+                    assert abs(float(batch.obs_next[a, env, 0])) < 4.8  # a real final obs
+                lens.append(length)
+                length = 0
+            elif b is not None:
+                assert torch.equal(batch.obs_next[a, env], batch.obs[b, env])
+    assert sorted(lens) == sorted(stats.lens.tolist())
+    assert stats.n_collected_steps == int(valid.sum())
+    assert np.array_equal(np.sort(stats.returns), np.sort(stats.lens.astype(float)))
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_envpool_gives_the_same_collect_semantics_as_sync_envs(num_envs: int) -> None:
+    pytest.importorskip("envpool", reason="the envpool extra is not installed")
+    limit = 20
+    sync = gym.make_vec(
+        "CartPole-v1",
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        max_episode_steps=limit,
+    )
+    pool = EnvPoolVectorEnv("CartPole-v1", num_envs, max_episode_steps=limit)
+    assert pool.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    assert pool.single_observation_space.shape == sync.single_observation_space.shape
+    assert pool.single_action_space == sync.single_action_space
+    for envs in (sync, pool):
+        stats, buffer = collect(envs, 300)
+        assert stats.n_collected_steps >= 300 and stats.n_collected_episodes > 5
+        assert (stats.lens == limit).any() and (stats.lens < limit).any()
+        check_episodes(stats, buffer, limit)
+        envs.close()
+
+
+def test_envpool_seeded_resets_repeat_and_unknown_tasks_name_the_fix() -> None:
+    pytest.importorskip("envpool", reason="the envpool extra is not installed")
+    envs = make_envs("CartPole-v1", 2, backend="envpool")
+    first, _ = envs.reset(seed=3)
+    envs.step(np.array([0, 1]))
+    again, _ = envs.reset(seed=3)
+    assert np.array_equal(first, again)
+    envs.close()
+    with pytest.raises(ValueError, match="backend='sync'"):
+        make_envs("NoSuchTask-v9", 2, backend="envpool")
+
+
+def test_without_envpool_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "envpool", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[envpool\]'"):
+        make_envs("CartPole-v1", 2, backend="envpool")
