@@ -42,7 +42,7 @@ def test_hooks_doc_covers_every_point_and_builtin() -> None:
         and issubclass(getattr(trainer_pkg, name), TrainerHook)
         and name != "TrainerHook"
     ]
-    assert len(builtins) == 10
+    assert len(builtins) == 11
     for name in builtins:
         assert f"| `{name}(" in text, name
         assert re.search(rf"```python\n[^`]*\b{name}\(", text), f"no example of {name}"
