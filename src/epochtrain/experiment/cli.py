@@ -1,7 +1,8 @@
 """``epochtrain sweep`` and ``epochtrain compare``: run a grid of runs, then compare them.
 
 ``epochtrain sweep --algo ppo a2c --env CartPole-v1 Acrobot-v1 --seeds 0-9 --workers 2
---out exp/`` runs every (algorithm, env, seed) into ``exp/`` (re-running it resumes);
+--out exp/`` runs every (algorithm, env, seed) into ``exp/`` (re-running it resumes;
+``--backend ray [--address auto]`` runs each as a Ray Tune trial, ``docs/cluster.md``);
 ``epochtrain compare exp/ [exp2/ ...] [--score final|best|auc] [--out report/]`` prints
 IQM [95% CI], mean, median and the run count per env and algorithm, and with ``--out``
 writes ``report.md`` and PNG figures. :mod:`epochtrain.cli` adds these subcommands.
@@ -18,6 +19,7 @@ from epochtrain.experiment.bootstrap import DEFAULT_REPS
 from epochtrain.experiment.curves import SCORE_METHODS
 from epochtrain.experiment.report import build_report
 from epochtrain.experiment.runner import BACKENDS, grid, run_experiment
+from epochtrain.extras import MissingExtraError
 
 __all__ = [
     "add_compare_parser",
@@ -69,7 +71,16 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seeds", nargs="+", default=["0"], help="e.g. 0 1 2, or 0-9")
     parser.add_argument("--out", required=True, help="experiment directory")
     parser.add_argument("--backend", choices=BACKENDS, default="lockstep")
-    parser.add_argument("--workers", type=int, default=None, help="processes backend: pool size")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="processes: pool size; ray: trials at once"
+    )
+    parser.add_argument(
+        "--address", default=None, help="ray: cluster address, auto or HOST:PORT (default: local)"
+    )
+    parser.add_argument("--gpus-per-run", type=float, default=0.0, help="ray: GPUs per trial")
+    parser.add_argument(
+        "--max-failures", type=int, default=3, help="ray: restores of a trial whose worker died"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument("--config", default=None, metavar="FILE", help="run spec to start from")
     parser.add_argument(
@@ -118,8 +129,11 @@ def run_sweep(args: argparse.Namespace) -> int:
             backend=args.backend,
             workers=args.workers,
             show_progress=not args.no_progress,
+            address=args.address,
+            max_failures=args.max_failures,
+            gpus_per_run=args.gpus_per_run,
         )
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError, MissingExtraError) as exc:
         print(f"epochtrain sweep: error: {exc}", file=sys.stderr)
         return 2
     wanted = {spec.run_id for spec in specs}

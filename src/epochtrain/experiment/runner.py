@@ -4,10 +4,13 @@ Backends, which write the same run directories and the same numbers for the same
 
 - ``"lockstep"``: one process; the trainers are built together and advanced one epoch each
   in turn (the ``zip`` usage of the iterator), each owning its random streams;
-- ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each.
+- ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each;
+- ``"ray"``: one Ray Tune trial per run (:func:`epochtrain.ray.run_trials`, extra
+  ``epochtrain[ray]``), on a local Ray or the cluster at ``address``; a trial whose worker
+  dies is restored from its last checkpoint (``max_failures`` times).
 
-Both run torch on one thread per run, so a run computes the same floats whichever backend
-runs it. Re-running skips runs whose ``result.json`` says finished, and resumes the others
+All run torch on one thread per run (a Ray trial: one per CPU it holds, 1 by default), so a
+run computes the same floats whichever backend runs it. Re-running skips runs whose ``result.json`` says finished, and resumes the others
 (interrupted or failed) from their latest checkpoint. A run that raises gets a
 ``result.json`` with ``status = "failed"`` and its error, and the other runs go on.
 """
@@ -38,7 +41,7 @@ from epochtrain.spec import RunSpec, algorithm, check_env_id
 
 __all__ = ["BACKENDS", "Backend", "grid", "run_experiment"]
 
-Backend = Literal["lockstep", "processes"]
+Backend = Literal["lockstep", "processes", "ray"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
@@ -96,14 +99,24 @@ def run_experiment(
     backend: Backend = "lockstep",
     workers: int | None = None,
     show_progress: bool = True,
+    address: str | None = None,
+    max_failures: int = 3,
+    gpus_per_run: float = 0.0,
+    storage_path: str | os.PathLike[str] | None = None,
 ) -> Experiment:
     """Run ``specs`` into ``out_dir`` (module docstring) and return the loaded experiment.
 
-    ``workers`` is the ``"processes"`` pool size (default: CPU count, at most one per run);
+    ``workers`` is the ``"processes"`` pool size (default: CPU count, at most one per run),
+    or the most Ray trials running at once (default: as the cluster's CPUs allow);
     ``show_progress`` draws a bar per run and an overall bar with an ETA on stderr.
+    Ray only (``docs/cluster.md``): ``address`` of the cluster (``None``: the Ray this
+    process is connected to, else a new local one; ``"auto"``: this node's cluster),
+    ``max_failures`` restores of a trial whose worker died, ``gpus_per_run`` GPUs per trial
+    and ``storage_path`` for Tune's own files (default ``out_dir/.tune``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    _check_ray_options(backend, address, max_failures, gpus_per_run, storage_path)
     if not specs or not all(isinstance(s, RunSpec) for s in specs):
         raise ValueError(
             "specs must be a non-empty list of RunSpec (e.g. grid(['ppo'], ['CartPole-v1'], "
@@ -119,10 +132,49 @@ def run_experiment(
     with Progress(run_dirs, pending, enabled=show_progress) as progress:
         if backend == "lockstep":
             _run_lockstep(pending, progress)
+        elif backend == "ray":
+            from epochtrain.ray import run_trials
+
+            run_trials(
+                pending,
+                root,
+                progress,
+                address=address,
+                workers=workers,
+                max_failures=max_failures,
+                gpus_per_run=gpus_per_run,
+                storage_path=storage_path,
+            )
         else:
             n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
             _run_processes(pending, n, progress)
     return load_experiment(root)
+
+
+def _check_ray_options(
+    backend: str,
+    address: str | None,
+    max_failures: int,
+    gpus_per_run: float,
+    storage_path: str | os.PathLike[str] | None,
+) -> None:
+    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
+        raise ValueError(f"max_failures must be an int >= 0, got {max_failures!r}")
+    if isinstance(gpus_per_run, bool) or not isinstance(gpus_per_run, int | float):
+        raise ValueError(f"gpus_per_run must be a number >= 0, got {gpus_per_run!r}")
+    if not gpus_per_run >= 0:
+        raise ValueError(f"gpus_per_run must be a number >= 0, got {gpus_per_run!r}")
+    if address is not None and (not isinstance(address, str) or not address):
+        raise ValueError(f"address must be 'auto', 'HOST:PORT' or None, got {address!r}")
+    if backend != "ray":
+        given = {
+            "address": address is not None,
+            "gpus_per_run": gpus_per_run != 0,
+            "storage_path": storage_path is not None,
+        }
+        for name, set_ in given.items():
+            if set_:
+                raise ValueError(f"{name} is a setting of backend='ray', got backend={backend!r}")
 
 
 @contextlib.contextmanager

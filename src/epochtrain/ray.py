@@ -1,0 +1,394 @@
+"""Ray Tune integration: a run as a Tune trial (:class:`EpochTrainable`), sweeps on a cluster.
+
+Optional extra ``epochtrain[ray]``; importing this module without ray raises
+:class:`~epochtrain.extras.MissingExtraError` naming ``pip install 'epochtrain[ray]'``.
+
+- :class:`EpochTrainable` is a ``ray.tune.Trainable``: its config is a run spec
+  (``{"spec": RunSpec.to_dict(), "lr": 3e-4, "trainer.batch_size": 64}``, built by
+  :func:`param_space`, whose other keys are setting names), or, for the experiment runner,
+  ``{"run_dir": ...}``. One Tune iteration is one epoch (``next(trainer)``); the result is
+  the epoch's stats under the log tags of ``docs/logging.md``. Tune checkpoints are our
+  checkpoints, so a restored trial continues exactly; a checkpoint of another trial (a
+  Population Based Training clone) keeps this trial's hyper-parameters and draws fresh
+  random streams.
+- :func:`run_trials` runs the pending run directories of
+  :func:`epochtrain.experiment.run_experiment` (``backend="ray"``), one trial each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+import warnings
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from epochtrain.extras import require
+
+require("ray.tune", extra="ray")  # the one-line error naming the extra when ray is missing
+
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+from ray.tune.experiment import Trial  # noqa: E402
+
+from epochtrain.checkpoint import read_manifest  # noqa: E402
+from epochtrain.experiment.progress import Progress  # noqa: E402
+from epochtrain.experiment.runs import (  # noqa: E402
+    failed_result,
+    finished_result,
+    is_finished,
+    open_trainer,
+    read_json,
+    spec_of,
+    write_json,
+)
+from epochtrain.logger.base import (  # noqa: E402
+    collect_stats_to_tags,
+    info_stats_to_tags,
+    training_stats_to_tags,
+)
+from epochtrain.spec import RunSpec  # noqa: E402
+from epochtrain.stats import EpochStats  # noqa: E402
+
+__all__ = [
+    "EpochTrainable",
+    "RayConnectionError",
+    "connect",
+    "epoch_result",
+    "param_space",
+    "run_trials",
+    "spec_from_config",
+]
+
+SPEC_KEY = "spec"
+RUN_DIR_KEY = "run_dir"
+_CHECKPOINT = "epochtrain"  # our checkpoint inside Tune's checkpoint directory
+_TRIAL_FILE = "trial.json"  # which trial wrote it, and its wall time so far
+
+
+class RayConnectionError(ConnectionError):
+    """No Ray cluster answers at the given address; the message names the fix."""
+
+
+# --------------------------------------------------------------------------- configs
+def param_space(spec: RunSpec, search_space: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Tune ``param_space`` of ``spec`` with ``search_space`` on setting names.
+
+    ``search_space`` maps setting names (``"lr"``, ``"trainer.batch_size"``, as
+    :meth:`RunSpec.with_overrides` takes them) to values or Tune domains
+    (``tune.loguniform(1e-4, 1e-2)``). An unknown or ambiguous name raises ``ValueError``
+    naming it and its close matches, before any trial starts.
+    """
+    space = dict(search_space or {})
+    for name in space:
+        _check_setting(spec, name)
+    return {SPEC_KEY: spec.to_dict(), **space}
+
+
+def _check_setting(spec: RunSpec, name: str) -> None:
+    if name in (SPEC_KEY, RUN_DIR_KEY, "algo", "env_id"):
+        raise ValueError(
+            f"search space: {name!r} cannot be searched over (it names the run, not a setting); "
+            "build one RunSpec per algo and env instead"
+        )
+    try:
+        spec.resolve_name(name)
+    except ValueError as exc:
+        raise ValueError(f"search space: {exc}") from None
+
+
+def spec_from_config(config: Mapping[str, Any]) -> RunSpec:
+    """The :class:`RunSpec` of a Tune trial config (``config["spec"]`` plus the settings
+    named by its other keys); ``ValueError`` naming an unknown setting."""
+    if SPEC_KEY not in config or not isinstance(config[SPEC_KEY], Mapping):
+        raise ValueError(
+            f"an EpochTrainable config needs {SPEC_KEY!r}: a RunSpec dict (build the config "
+            "with epochtrain.ray.param_space(spec, search_space))"
+        )
+    spec = RunSpec.from_dict(config[SPEC_KEY])
+    overrides = {k: v for k, v in config.items() if k != SPEC_KEY}
+    for name in overrides:
+        _check_setting(spec, name)
+    return spec.with_overrides(overrides)
+
+
+def epoch_result(stats: EpochStats[Any]) -> dict[str, float]:
+    """The tags of one epoch (``test/returns_stat/mean``, ``update/loss/actor``, ...)."""
+    tags: dict[str, float] = {"epoch": float(stats.epoch)}
+    if stats.train_collect_stat is not None:
+        tags.update(collect_stats_to_tags(stats.train_collect_stat, "train"))
+    if stats.test_collect_stat is not None:
+        tags.update(collect_stats_to_tags(stats.test_collect_stat, "test"))
+    if stats.training_stat is not None:
+        tags.update(training_stats_to_tags(stats.training_stat))
+    tags.update(info_stats_to_tags(stats.info_stat))
+    return tags
+
+
+# --------------------------------------------------------------------------- trainable
+class EpochTrainable(tune.Trainable):
+    """A run as a Tune trial: one ``step`` is one epoch (module docstring).
+
+    ``torch.set_num_threads`` follows the trial's CPUs (1 by default), so a trial computes
+    the floats a local backend does. In a ``"spec"`` trial the spec's log directory, if
+    it has one, becomes the trial's directory and its checkpoints are Tune's; a
+    ``"run_dir"`` trial writes its run directory exactly as the local backends do.
+    """
+
+    def setup(self, config: dict[str, Any]) -> None:
+        """Build the trainer of ``config`` (see the module docstring)."""
+        resources = self.trial_resources
+        if resources is not None:
+            cpus = resources.required_resources.get("CPU", 1.0)
+            torch.set_num_threads(max(1, int(cpus)))
+        self.run_dir = None if RUN_DIR_KEY not in config else Path(config[RUN_DIR_KEY])
+        self.trainer = self._build(config)
+        self.wall_time = 0.0
+        """Seconds this run has spent in ``next(trainer)`` (a restored trial's included)."""
+
+    def _build(self, config: Mapping[str, Any]) -> Any:
+        from epochtrain.factory import make_trainer
+
+        if self.run_dir is not None:
+            return open_trainer(self.run_dir)
+        spec = spec_from_config(config)
+        logdir = None if spec.logging.logdir is None else self.logdir
+        return make_trainer(
+            spec.with_overrides(
+                {
+                    "logging.logdir": logdir,
+                    "checkpoint_dir": None,  # Tune keeps the checkpoints
+                    "resume_from": None,
+                    "show_progress": False,
+                    "verbose": False,
+                }
+            )
+        )
+
+    def step(self) -> dict[str, Any]:
+        """One epoch; ``done`` once the run has ended. A ``run_dir`` trial writes its
+        ``result.json`` at the end, or a failed one if the epoch raises."""
+        start = time.perf_counter()
+        try:
+            stats = next(self.trainer)
+        except StopIteration:  # resumed from the checkpoint of its last epoch
+            stats = None
+        except Exception as exc:
+            if self.run_dir is None:
+                raise
+            failed_result(self.run_dir, spec_of(self.run_dir), exc)
+            return {"done": True, "failed": 1.0}
+        self.wall_time += time.perf_counter() - start
+        if stats is None:
+            result = {"epoch": float(self.trainer.state.epoch)}
+            result.update(info_stats_to_tags(self.trainer.info_stat()))
+        else:
+            result = epoch_result(stats)
+        done = bool(self.trainer.finished)
+        if done and self.run_dir is not None:
+            finished_result(self.run_dir, self.trainer, self.wall_time)
+        return {**result, "done": done}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        """Write our checkpoint into ``checkpoint_dir`` (Tune persists it)."""
+        self.trainer.save_checkpoint(Path(checkpoint_dir) / _CHECKPOINT)
+        write_json(
+            Path(checkpoint_dir) / _TRIAL_FILE,
+            {"trial_id": self.trial_id, "wall_time": self.wall_time},
+        )
+
+    def load_checkpoint(self, checkpoint: str | dict[str, Any] | None) -> None:
+        """Restore a checkpoint of :meth:`save_checkpoint`: exactly if this trial wrote it;
+        else (a PBT clone) with this trial's hyper-parameters and fresh random streams."""
+        if not isinstance(checkpoint, str):
+            raise TypeError(f"EpochTrainable restores checkpoint directories, got {checkpoint!r}")
+        root = Path(checkpoint)
+        meta = read_json(root / _TRIAL_FILE)
+        if meta.get("trial_id") == self.trial_id:
+            self.trainer.load_checkpoint(root / _CHECKPOINT)
+            self.wall_time = float(meta.get("wall_time", 0.0))
+        else:
+            self._load_donor(root / _CHECKPOINT, str(meta.get("trial_id")))
+
+    def _load_donor(self, path: Path, donor_id: str) -> None:
+        """Load another trial's checkpoint, then put back this trial's learning rates and
+        draw random streams of its own (so a clone explores instead of replaying)."""
+        trainer, policy = self.trainer, self.trainer.policy
+        own_lrs = {n: [g["lr"] for g in o.param_groups] for n, o in policy.optimizers.items()}
+        own_spec = trainer.spec
+        # The donor's settings differ by the mutated hyper-parameters; this trainer was built
+        # with ours, which are put back below, so its checkpoint is loaded as the donor's run.
+        trainer.spec = read_manifest(path, verify_files=False).get("spec")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                trainer.load_checkpoint(path)
+        finally:
+            trainer.spec = own_spec
+        for name, lrs in own_lrs.items():
+            for group, lr in zip(policy.optimizers[name].param_groups, lrs, strict=True):
+                group["lr"] = lr
+        policy.set_progress(trainer.state.env_step)  # an annealed rate follows the env steps
+        seed = zlib.crc32(f"{self.trial_id}/{donor_id}/{trainer.state.epoch}".encode())
+        reseed(trainer, seed % 2**31)
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Take ``new_config`` without a new actor (PBT): the trainer is rebuilt with it, and
+        the donor's checkpoint Tune loads next keeps these hyper-parameters."""
+        if self.run_dir is not None or RUN_DIR_KEY in new_config:
+            return False  # runner trials are never reused
+        self.trainer = self._build(new_config)
+        self.wall_time = 0.0
+        return True
+
+
+def reseed(trainer: Any, seed: int) -> None:
+    """Give ``trainer`` fresh random streams from ``seed``: python, numpy and torch (the
+    trainer's own), and its training envs' generators and action space (when they are in
+    this process), without resetting the episodes under way."""
+    trainer._rng_state = {  # the streams rng_scope swaps in at the next epoch
+        "python": random.Random(seed).getstate(),
+        "numpy": np.random.RandomState(seed).get_state(),
+        "torch": torch.Generator().manual_seed(seed).get_state(),
+    }
+    if trainer.kind == "offline":
+        return
+    envs = trainer.train_collector.env
+    envs.action_space.seed(seed)
+    children = np.random.SeedSequence(seed).spawn(len(getattr(envs, "envs", [])))
+    for sub_env, child in zip(getattr(envs, "envs", []), children, strict=True):
+        sub_env.np_random = np.random.default_rng(child)
+
+
+# --------------------------------------------------------------------------- clusters
+@contextlib.contextmanager
+def connect(address: str | None) -> Iterator[None]:
+    """Use the Ray this process is connected to, or connect to ``address`` (``None``: start
+    a local Ray, ``"auto"``: the cluster of this node, ``"host:port"``: its head) for the
+    block and disconnect after. ``RayConnectionError`` names the fix when none answers."""
+    if ray.is_initialized():
+        yield
+        return
+    if address not in (None, "auto", "local"):
+        _check_reachable(address)
+    try:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,  # a trial's output is its run directory
+        )
+    except ConnectionError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RayConnectionError(_unreachable(address, first)) from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _unreachable(address: str | None, why: str) -> str:
+    return (
+        f"cannot connect to a Ray cluster at address={address!r} ({why}): start one with "
+        "`ray start --head` (then --address auto on that node, or HOST:6379 from another), "
+        "or leave --address out to start a local Ray"
+    )
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast, in one line, when nothing listens at ``address`` (``[ray://]host:port``)."""
+    hostport = address.removeprefix("ray://")
+    host, colon, port = hostport.rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        raise RayConnectionError(
+            _unreachable(address, "write it as HOST:PORT, e.g. 10.0.0.1:6379, or auto")
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise RayConnectionError(_unreachable(address, exc.strerror or str(exc))) from None
+
+
+def _run_id(trial: Trial) -> str:
+    return Path(str(trial.config[RUN_DIR_KEY])).name
+
+
+class _ProgressCallback(tune.Callback):
+    """Feeds the runner's progress bars from the driver's view of the trials."""
+
+    def __init__(self, progress: Progress, run_dirs: Mapping[str, Path]) -> None:
+        self.progress = progress
+        self.run_dirs = run_dirs  # the run directory of each trial's (resolved) run_dir
+        self.started: set[Path] = set()
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
+        run_dir = self.run_dirs[str(trial.config[RUN_DIR_KEY])]
+        epoch = int(result.get("epoch", 0))
+        if run_dir not in self.started:
+            self.started.add(run_dir)
+            self.progress.start(run_dir, max(epoch - 1, 0))
+        self.progress.epoch(run_dir, epoch)
+
+
+def run_trials(
+    run_dirs: Sequence[Path],
+    root: Path,
+    progress: Progress,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    max_failures: int = 3,
+    gpus_per_run: float = 0.0,
+    storage_path: str | os.PathLike[str] | None = None,
+) -> None:
+    """Run each of ``run_dirs`` (prepared by the experiment runner) as one Tune trial.
+
+    A trial takes 1 CPU and ``gpus_per_run`` GPUs; at most ``workers`` run at once
+    (``None``: as many as the cluster's CPUs allow). A trial whose worker dies is restored
+    from its last checkpoint up to ``max_failures`` times, then recorded as failed. Tune's
+    own files go to ``storage_path`` (default ``root/.tune``; on a cluster, a directory
+    every node mounts).
+    """
+    if not run_dirs:
+        return
+    storage = Path(storage_path) if storage_path is not None else root / ".tune"
+    trainable = tune.with_resources(EpochTrainable, {"cpu": 1, "gpu": gpus_per_run})
+    names = {os.fspath(d.resolve()): d for d in run_dirs}
+    with connect(address):
+        tuner = tune.Tuner(
+            trainable,
+            param_space={RUN_DIR_KEY: tune.grid_search(list(names))},
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=workers,
+                reuse_actors=False,
+                trial_name_creator=_run_id,
+                trial_dirname_creator=_run_id,
+            ),
+            run_config=tune.RunConfig(
+                name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                storage_path=os.fspath(storage.resolve()),
+                failure_config=tune.FailureConfig(max_failures=max_failures),
+                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1, num_to_keep=1),
+                callbacks=[_ProgressCallback(progress, names)],
+                verbose=0,
+            ),
+        )
+        grid = tuner.fit()
+    for index in range(len(grid)):
+        result = grid[index]
+        config = result.config or {}
+        run_dir = names[str(config[RUN_DIR_KEY])]
+        if result.error is not None and not is_finished(run_dir):
+            failed_result(run_dir, spec_of(run_dir), result.error)
+        progress.end(run_dir, failed=not is_finished(run_dir))
