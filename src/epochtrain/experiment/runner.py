@@ -10,9 +10,10 @@ Backends, which write the same run directories and the same numbers for the same
   dies is restored from its last checkpoint (``max_failures`` times).
 
 All run torch on one thread per run (a Ray trial: one per CPU it holds, 1 by default), so a
-run computes the same floats whichever backend runs it. Re-running skips runs whose ``result.json`` says finished, and resumes the others
-(interrupted or failed) from their latest checkpoint. A run that raises gets a
-``result.json`` with ``status = "failed"`` and its error, and the other runs go on.
+run computes the same floats whichever backend runs it. Re-running skips runs whose
+``result.json`` says finished, and resumes the others (interrupted or failed) from their
+latest checkpoint. A run that raises gets a ``result.json`` with ``status = "failed"`` and
+its error, and the other runs go on.
 """
 
 from __future__ import annotations
