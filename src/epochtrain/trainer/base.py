@@ -62,6 +62,7 @@ from epochtrain.stats import (
 )
 from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
 from epochtrain.trainer.params import TrainerParams, check_hooks, check_objects
+from epochtrain.trainer.progress import RunProgress
 from epochtrain.trainer.safety import EpochSnapshot, on_nonfinite
 from epochtrain.trainer.state import (
     check_trainer_state,
@@ -255,12 +256,14 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self._epoch_update_time = 0.0
         self._tested_this_epoch: CollectStats | None = None
         self._hook_postfix: dict[str, str] = {}
+        self._progress = RunProgress()
 
     def reset(self) -> None:
         """Start over: counters, random streams, envs, smoothing windows and hook states.
 
         The policy's weights are not re-initialised; build a new policy for a fresh run.
         """
+        self._progress.close()
         self._init_state()
         for hook in self.hooks:
             hook.reset()
@@ -309,6 +312,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
     def __next__(self) -> EpochStats[TTrainingStats]:
         self._complete_init()
         if self._finished:
+            self._progress.close()  # a hook may have ended the run after the last epoch
             raise StopIteration
         hold_checkpoint_dir(self)
         start = time.perf_counter()
@@ -374,19 +378,15 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self._epoch_update_time = 0.0
         self._tested_this_epoch = None
         self._ops.call("epoch_start", self.state.epoch)
-        with tqdm(
-            total=self.params.step_per_epoch,
-            desc=f"Epoch #{self.state.epoch}",
-            disable=not self.params.show_progress,
-            dynamic_ncols=True,
-            leave=False,
-        ) as pbar:
-            progress = 0
-            while progress < self.params.step_per_epoch and not self._finished:
-                done = self._training_step()
-                progress += done
-                pbar.update(min(done, self.params.step_per_epoch - pbar.n))
-                pbar.set_postfix(self._progress_postfix(), refresh=False)
+        p = self.params
+        self._progress.start_epoch(
+            self.state.epoch, p.max_epoch, p.step_per_epoch, show=p.show_progress
+        )
+        progress = 0
+        while progress < p.step_per_epoch and not self._finished:
+            done = self._training_step()
+            progress += done
+            self._progress.advance(done, self._progress_postfix())
         test_stat = self._tested_this_epoch
         if test_stat is None and self.test_collector is not None:
             test_stat = self._test_step()
@@ -394,6 +394,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
             self._finish("stop_fn")
         if not self._finished and self.state.epoch >= self.params.max_epoch:
             self._finish("max_epoch")
+        self._progress.end_epoch(self._progress_postfix(), finished=self._finished)
         training_stat = aggregate_training_stats(self._epoch_steps, self._epoch_update_time)
         if training_stat is not None:
             training_stat.smoothed_loss = self._smoothed()

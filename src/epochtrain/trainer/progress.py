@@ -1,0 +1,69 @@
+"""Progress bars of one trainer: the whole run over epochs, and the current epoch's steps.
+
+Each trainer keeps its two bars open from its first epoch to the end of its run, so tqdm
+gives them their own lines (``position``: the first free ones when they open) and
+trainers zipped together each keep their lines instead of taking turns on one; in a
+notebook each bar is its own widget. The run bar counts epochs from where the run
+stands, so a run resumed at epoch 5 of 10 shows ``5/10`` and its ETA is the rest of the
+whole run, estimated from the epochs this process has run. The epoch bar is reset each
+epoch (``step_per_epoch`` units) and cleared when the run ends; the run bar stays.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from tqdm.auto import tqdm
+
+__all__ = ["RunProgress"]
+
+
+class RunProgress:
+    """The run bar and the epoch bar of one trainer (none while ``show_progress`` is off)."""
+
+    def __init__(self) -> None:
+        self.run_bar: tqdm[NoReturn] | None = None
+        """Epochs of the run: ``epoch/max_epoch``, whole-run ETA."""
+        self.epoch_bar: tqdm[NoReturn] | None = None
+        """Steps of the current epoch (``step_per_epoch`` units)."""
+
+    def start_epoch(self, epoch: int, max_epoch: int, step_per_epoch: int, *, show: bool) -> None:
+        """Epoch ``epoch`` (1-based) begins; open the bars on the first call."""
+        if not show:
+            return
+        if self.run_bar is None or self.epoch_bar is None:
+            self.run_bar = tqdm(
+                total=max_epoch, initial=epoch - 1, desc="Run", unit="epoch", dynamic_ncols=True
+            )
+            self.epoch_bar = epoch_bar = tqdm(total=step_per_epoch, dynamic_ncols=True, leave=False)
+        else:
+            self.run_bar.total = max_epoch  # a resumed run may have been given more epochs
+            epoch_bar = self.epoch_bar
+            epoch_bar.reset(total=step_per_epoch)
+        epoch_bar.set_description(f"Epoch #{epoch}", refresh=False)
+
+    def advance(self, done: int, postfix: dict[str, str]) -> None:
+        """``done`` more units of the epoch (capped at its total); ``postfix`` shown beside."""
+        bar = self.epoch_bar
+        if bar is None:
+            return
+        total = bar.total if bar.total is not None else done
+        bar.update(max(0, min(done, total - bar.n)))
+        bar.set_postfix(postfix, refresh=False)
+
+    def end_epoch(self, postfix: dict[str, str], *, finished: bool) -> None:
+        """The epoch is done: one more on the run bar; close both bars if the run ended."""
+        if self.run_bar is None:
+            return
+        self.run_bar.set_postfix(postfix, refresh=False)
+        self.run_bar.update(1)
+        if finished:
+            self.close()
+
+    def close(self) -> None:
+        """Clear the epoch bar and leave the run bar's last line; safe to call twice."""
+        if self.epoch_bar is not None:
+            self.epoch_bar.close()
+        if self.run_bar is not None:
+            self.run_bar.close()
+        self.run_bar = self.epoch_bar = None

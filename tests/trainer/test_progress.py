@@ -1,0 +1,64 @@
+"""Progress bars: zipped trainers keep their own lines, a resumed run shows its true
+position, the run bar counts epochs of the whole run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from epochtrain.trainer.progress import RunProgress
+from tests.trainer.tiny import build
+
+
+def test_zipped_trainers_each_keep_two_lines_of_their_own() -> None:
+    a = build("off", max_epoch=3, show_progress=True)
+    b = build("off", max_epoch=3, show_progress=True)
+    positions = []
+    for _ in zip(a, b, strict=True):
+        bars = [a._progress.run_bar, a._progress.epoch_bar, b._progress.run_bar]
+        bars.append(b._progress.epoch_bar)
+        if all(bar is not None for bar in bars):
+            positions.append(tuple(abs(bar.pos) for bar in bars))
+        assert a._progress.run_bar is None or a._progress.run_bar.n == a.info_stat().epoch
+    # while both runs are going, four bars on four different lines, the same ones each epoch
+    assert positions and all(len(set(p)) == 4 for p in positions)
+    assert len(set(positions)) == 1
+    assert a._progress.run_bar is None and b._progress.run_bar is None  # closed at the end
+
+
+def test_a_resumed_run_shows_its_true_position(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = build("off", max_epoch=2)
+    trainer.run()
+    trainer.save_checkpoint(tmp_path / "ckpt")
+    capsys.readouterr()
+    resumed = build("off", max_epoch=4, show_progress=True, resume_from=str(tmp_path / "ckpt"))
+    next(resumed)
+    assert resumed._progress.run_bar is not None
+    assert (resumed._progress.run_bar.n, resumed._progress.run_bar.total) == (3, 4)
+    resumed.run()
+    err = capsys.readouterr().err
+    assert "Run:  50%|" in err and "| 2/4 " in err and "| 4/4 " in err
+    assert "| 0/4 " not in err and "| 1/4 " not in err
+
+
+def test_no_bar_is_opened_without_show_progress() -> None:
+    trainer = build("off", max_epoch=2, show_progress=False)
+    next(trainer)
+    assert trainer._progress.run_bar is None and trainer._progress.epoch_bar is None
+
+
+def test_run_progress_caps_the_epoch_bar_and_closes_twice_safely() -> None:
+    progress = RunProgress()
+    progress.start_epoch(1, 2, 100, show=True)
+    progress.advance(70, {})
+    progress.advance(70, {"loss": "0.1"})
+    assert progress.epoch_bar is not None and progress.epoch_bar.n == 100
+    progress.end_epoch({}, finished=False)
+    progress.start_epoch(2, 2, 100, show=True)
+    assert progress.epoch_bar.n == 0 and progress.run_bar is not None and progress.run_bar.n == 1
+    progress.end_epoch({}, finished=True)
+    assert progress.run_bar is None
+    progress.close()
