@@ -34,6 +34,7 @@ from typing import Any, Literal, TypeVar
 __all__ = [
     "Config",
     "FieldInfo",
+    "check_field_names",
     "close_matches",
     "describe",
     "field_docs",
@@ -186,6 +187,18 @@ def fields_info(cls: type[Config]) -> list[FieldInfo]:
     return out
 
 
+def check_field_names(cls: type, names: typing.Iterable[str]) -> None:
+    """``TypeError`` for the first of ``names`` that is not a field of dataclass ``cls``,
+    naming its close matches and every field."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in names:
+        if key not in fields:
+            raise TypeError(
+                f"{cls.__name__} has no field {key!r}{close_matches(key, fields)}; "
+                f"fields: {', '.join(sorted(fields))}"
+            )
+
+
 class _Mismatch(Exception):
     pass
 
@@ -283,13 +296,7 @@ class Config:
 
     def replace(self: TConfig, **changes: object) -> TConfig:
         """A copy with ``changes``; an unknown name is a ``TypeError`` naming close matches."""
-        names = {f.name for f in dataclasses.fields(self)}
-        for key in changes:
-            if key not in names:
-                raise TypeError(
-                    f"{type(self).__name__} has no field {key!r}{close_matches(key, names)}; "
-                    f"fields: {', '.join(sorted(names))}"
-                )
+        check_field_names(type(self), changes)
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -307,11 +314,5 @@ class Config:
         """Build from :meth:`to_dict`'s output; missing fields take their defaults."""
         if not isinstance(data, Mapping):
             raise TypeError(f"{cls.__name__}.from_dict needs a mapping, got {data!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in names:
-                raise TypeError(
-                    f"{cls.__name__} has no field {key!r}{close_matches(key, names)}; "
-                    f"fields: {', '.join(sorted(names))}"
-                )
+        check_field_names(cls, data)
         return cls(**data)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from epochtrain.config import Config, close_matches, param
+from epochtrain.config import Config, check_field_names, close_matches, param
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
 from epochtrain.trainer.params import TrainerParams
@@ -229,13 +229,7 @@ class RunSpec(Config):
                     f"a run spec needs {key!r} (e.g. algo = 'ppo', env_id = 'CartPole-v1')"
                 )
         entry = algorithm(str(data["algo"]))
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in names:
-                raise TypeError(
-                    f"RunSpec has no field {key!r}{close_matches(key, names)}; fields: "
-                    f"{', '.join(sorted(names))}"
-                )
+        check_field_names(cls, data)
         sections: dict[str, type[Config]] = {
             "config": entry.config_cls,
             "trainer": entry.params_cls,
