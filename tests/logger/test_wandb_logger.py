@@ -131,6 +131,25 @@ def test_a_video_is_logged_as_a_wandb_video_at_its_env_step(tmp_path: Path) -> N
     assert logger.written_step("test") == 1000
 
 
+def test_zipped_trainers_log_to_runs_of_their_own(tmp_path: Path) -> None:
+    loggers = [make(tmp_path, config={"seed": seed}) for seed in (1, 2)]
+    trainers = [
+        build("off", max_epoch=2, logger=logger, torch_seed=seed)
+        for seed, logger in zip((1, 2), loggers, strict=True)
+    ]
+    for _ in zip(*trainers, strict=True):
+        pass
+    for logger in loggers:
+        logger.close()
+    by_id = {run.run_id: run for run in runs(tmp_path)}
+    assert set(by_id) == {logger.run_id for logger in loggers}
+    for logger, trainer, seed in zip(loggers, trainers, (1, 2), strict=True):
+        run = by_id[logger.run_id]
+        assert run.config["seed"] == seed
+        assert steps([run], "info/epoch") == [1, 2]
+        assert steps([run], "update/loss")[-1] == trainer.info_stat().gradient_step
+
+
 def test_a_checkpoint_from_another_logger_names_the_problem(tmp_path: Path) -> None:
     logger = make(tmp_path)
     with pytest.raises(ValueError, match="wandb_run_id"):
