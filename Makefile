@@ -4,14 +4,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
+# The optional extras whose tests run in CI (each test skips with the reason where its
+# extra is absent). .ci/constraints.txt keeps pip from replacing the CPU torch wheel.
+TEST_EXTRAS := plot,wandb,mlflow,video,minari,ray,envpool
 
 .PHONY: setup demo test lint bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml Makefile .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_PIN)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -c .ci/constraints.txt -e ".[dev,$(TEST_EXTRAS)]"
 	touch $@
 
 setup: $(BIN)/.installed
