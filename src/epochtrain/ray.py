@@ -34,7 +34,8 @@ import torch
 
 from epochtrain.extras import require
 
-require("ray.tune", extra="ray")  # the one-line error naming the extra when ray is missing
+require("ray", extra="ray")  # the one-line error naming the extra when ray is missing
+require("ray.tune", extra="ray")  # ray without its tune extra
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
@@ -242,10 +243,9 @@ class EpochTrainable(tune.Trainable):
         reseed(trainer, seed % 2**31)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """Take ``new_config`` without a new actor (PBT): the trainer is rebuilt with it, and
-        the donor's checkpoint Tune loads next keeps these hyper-parameters."""
-        if self.run_dir is not None or RUN_DIR_KEY in new_config:
-            return False  # runner trials are never reused
+        """Take ``new_config`` in this actor (PBT, or the next run of a sweep): the trainer is
+        rebuilt from it, and a donor's checkpoint Tune loads next keeps these settings."""
+        self.run_dir = None if RUN_DIR_KEY not in new_config else Path(new_config[RUN_DIR_KEY])
         self.trainer = self._build(new_config)
         self.wall_time = 0.0
         return True
@@ -274,12 +274,13 @@ def reseed(trainer: Any, seed: int) -> None:
 def connect(address: str | None) -> Iterator[None]:
     """Use the Ray this process is connected to, or connect to ``address`` (``None``: start
     a local Ray, ``"auto"``: the cluster of this node, ``"host:port"``: its head) for the
-    block and disconnect after. ``RayConnectionError`` names the fix when none answers."""
+    block and disconnect after. ``RayConnectionError`` names the fix when none answers (a
+    ``host:port`` is checked even when this process is already connected)."""
+    if address not in (None, "auto", "local"):
+        _check_reachable(address)
     if ray.is_initialized():
         yield
         return
-    if address not in (None, "auto", "local"):
-        _check_reachable(address)
     try:
         ray.init(
             address=address,
@@ -371,7 +372,7 @@ def run_trials(
             param_space={RUN_DIR_KEY: tune.grid_search(list(names))},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=workers,
-                reuse_actors=False,
+                reuse_actors=True,  # a worker runs run after run without new imports
                 trial_name_creator=_run_id,
                 trial_dirname_creator=_run_id,
             ),

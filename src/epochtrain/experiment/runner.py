@@ -127,6 +127,8 @@ def run_experiment(
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if backend == "ray":
+        from epochtrain.ray import run_trials  # without ray: the error naming the extra, first
     root = Path(out_dir)
     run_dirs = prepare_runs(specs, root)
     pending = [d for d in run_dirs if not is_finished(d)]
@@ -134,8 +136,6 @@ def run_experiment(
         if backend == "lockstep":
             _run_lockstep(pending, progress)
         elif backend == "ray":
-            from epochtrain.ray import run_trials
-
             run_trials(
                 pending,
                 root,

@@ -1,0 +1,250 @@
+"""Tests of epochtrain.ray: sweeps on a local Ray equal the lockstep backend's, killed
+workers and dead drivers resume exactly, PBT clones keep their learning rate, bad input."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'epochtrain[ray]'")
+
+from ray.tune.experiment.trial import _TrialInfo  # noqa: E402
+from ray.tune.result import TRIAL_INFO  # noqa: E402
+
+from epochtrain.experiment import grid, run_experiment  # noqa: E402
+from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
+from epochtrain.experiment.runs import open_trainer, prepare_runs  # noqa: E402
+from epochtrain.extras import MissingExtraError  # noqa: E402
+from epochtrain.spec import RunSpec  # noqa: E402
+
+FAST = {
+    "max_epoch": 2,
+    "step_per_epoch": 64,
+    "step_per_collect": 64,
+    "repeat_per_collect": 1,
+    "num_envs": 1,
+    "num_test_envs": 1,
+    "episode_per_test": 1,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    """One local Ray with 2 CPUs for the whole module (starting one takes seconds)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def results(out: Path) -> dict[str, dict[str, object]]:
+    """Every run's result.json without its wall-clock field."""
+    found = {}
+    for path in sorted(out.glob("*/result.json")):
+        data = json.loads(path.read_text())
+        data.pop("wall_time")
+        found[path.parent.name] = data
+    return found
+
+
+def test_a_two_run_sweep_on_ray_equals_the_lockstep_backend(tmp_path: Path) -> None:
+    specs = grid(["ppo"], ["CartPole-v1"], [0, 1], **FAST)
+    run_experiment(specs, tmp_path / "lockstep", show_progress=False)
+    experiment = run_experiment(specs, tmp_path / "ray", backend="ray", show_progress=False)
+    assert [r.status for r in experiment.runs] == ["finished", "finished"]
+    assert results(tmp_path / "ray") == results(tmp_path / "lockstep")
+    for run_id in ("ppo-CartPole-v1-s0", "ppo-CartPole-v1-s1"):
+        run_dir = tmp_path / "ray" / run_id
+        assert {p.name for p in run_dir.iterdir()} >= {"spec.toml", "log.jsonl", "checkpoints"}
+        lockstep_log = (tmp_path / "lockstep" / run_id / "log.jsonl").read_text()
+        assert _without_times(run_dir / "log.jsonl") == _without_times_text(lockstep_log)
+    index = json.loads((tmp_path / "ray" / "experiment.json").read_text())
+    assert index["runs"] == [s.run_id for s in specs]
+
+
+def _without_times_text(text: str) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in text.splitlines()]
+    return [
+        {k: v for k, v in r.items() if not any(w in k for w in ("time", "speed"))} for r in records
+    ]
+
+
+def _without_times(path: Path) -> list[dict[str, Any]]:
+    return _without_times_text(path.read_text())
+
+
+def test_a_trial_whose_worker_is_killed_finishes_equal_to_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    longer = {**FAST, "max_epoch": 6, "step_per_epoch": 256}
+    specs = grid(["ppo"], ["CartPole-v1"], [3], **longer)
+    run_dir = tmp_path / "ray" / specs[0].run_id
+    killed: list[int] = []
+
+    def kill_after_epoch_2() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not killed:
+            lock = run_dir / "checkpoints" / ".lock"
+            if (run_dir / "checkpoints" / "epoch_000002").is_dir() and lock.is_file():
+                pid = json.loads(lock.read_text())["pid"]
+                if not (run_dir / "result.json").exists():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=kill_after_epoch_2, daemon=True)
+    watcher.start()
+    run_experiment(specs, tmp_path / "ray", backend="ray", max_failures=2, show_progress=False)
+    watcher.join()
+    assert killed, "the worker finished before it could be killed: lengthen the run"
+    run_experiment(specs, tmp_path / "lockstep", show_progress=False)
+    assert results(tmp_path / "ray") == results(tmp_path / "lockstep")
+    assert results(tmp_path / "ray")[specs[0].run_id]["status"] == "finished"
+    assert _without_times(run_dir / "log.jsonl") == _without_times(
+        tmp_path / "lockstep" / specs[0].run_id / "log.jsonl"
+    )
+
+
+def test_a_sweep_rerun_after_the_driver_died_continues_from_the_checkpoints(
+    tmp_path: Path,
+) -> None:
+    specs = grid(["a2c"], ["CartPole-v1"], [0], **{**FAST, "max_epoch": 3})
+    out = tmp_path / "ray"
+    # what a driver killed after epoch 1 leaves: checkpoints and a log, no result.json
+    (run_dir,) = prepare_runs(specs, out)
+    trainer = open_trainer(run_dir)
+    next(trainer)
+    del trainer
+    gc.collect()
+    assert not (run_dir / "result.json").exists()
+    run_experiment(specs, out, backend="ray", show_progress=False)
+    run_experiment(specs, tmp_path / "lockstep", show_progress=False)
+    assert results(out) == results(tmp_path / "lockstep")
+
+
+# ----------------------------------------------------------------------- trainable
+class _Trial:
+    """The fields of a Tune trial that ``_TrialInfo`` reads, for a trainable outside Tune."""
+
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+        self.placement_group_factory = None
+        self.experiment_dir_name = "test"
+
+    def __str__(self) -> str:
+        return self.trial_id
+
+
+def _trainable(spec: RunSpec, trial_id: str, **space: object) -> Any:
+    from epochtrain.ray import EpochTrainable, param_space
+
+    config = {**param_space(spec, space), TRIAL_INFO: _TrialInfo(_Trial(trial_id))}
+    return EpochTrainable(config)
+
+
+def _lrs(trainable: Any) -> list[float]:
+    opts = trainable.trainer.policy.optimizers.values()
+    return [g["lr"] for opt in opts for g in opt.param_groups]
+
+
+PPO = RunSpec.tuned("ppo", "CartPole-v1", seed=0).with_overrides(
+    {**FAST, "max_epoch": 4, "lr_anneal_steps": None}
+)
+
+
+def test_a_step_returns_the_epoch_under_the_documented_tags_and_done_at_the_end() -> None:
+    trainable = _trainable(PPO.with_overrides({"max_epoch": 2}), "t0")
+    first, second = trainable.train(), trainable.train()
+    assert first["done"] is False and second["done"] is True
+    for tag in ("test/returns_stat/mean", "train/n_collected_steps", "info/env_step"):
+        assert tag in first
+    assert first["info/env_step"] == 64 and second["epoch"] == 2
+    trainable.stop()
+
+
+def test_reset_config_applies_the_new_learning_rate_after_the_donors_checkpoint(
+    tmp_path: Path,
+) -> None:
+    donor = _trainable(PPO, "donor", lr=1e-3)
+    donor.train()
+    donor.save_checkpoint(os.fspath(tmp_path))
+    assert _lrs(donor) == [1e-3]
+
+    clone = _trainable(PPO, "clone", lr=1e-3)
+    assert clone.reset_config({**clone.config, "lr": 5e-4}) is True
+    clone.load_checkpoint(os.fspath(tmp_path))
+    assert _lrs(clone) == [5e-4]  # not the donor's 1e-3 from the optimizer state
+    donor_weights = donor.trainer.policy.state_dict()
+    for name, tensor in clone.trainer.policy.state_dict().items():
+        if hasattr(tensor, "shape"):
+            assert (tensor == donor_weights[name]).all(), name
+    assert clone.trainer.spec["config"]["lr"] == 5e-4  # its checkpoints record its own lr
+
+    # The same trial restored replays exactly; the clone draws streams of its own.
+    restored = _trainable(PPO, "donor", lr=1e-3)
+    restored.load_checkpoint(os.fspath(tmp_path))
+    after_donor, after_restore = donor.train(), restored.train()
+    assert after_restore["test/returns_stat/mean"] == after_donor["test/returns_stat/mean"]
+    assert after_restore["update/loss/actor"] == after_donor["update/loss/actor"]
+    clone_rng = clone.trainer._rng_state["numpy"][1]
+    assert not (clone_rng == restored.trainer._rng_state["numpy"][1]).all()
+    for trainable in (donor, clone, restored):
+        trainable.stop()
+
+
+# ----------------------------------------------------------------------- bad input
+def test_a_search_space_naming_an_unknown_setting_is_one_line_naming_close_matches() -> None:
+    from epochtrain.ray import param_space, spec_from_config
+
+    with pytest.raises(ValueError, match=r"search space: unknown setting 'lrr'.*'lr'") as info:
+        param_space(PPO, {"lrr": 1e-3})
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"search space: unknown setting 'lrr'"):
+        spec_from_config({"spec": PPO.to_dict(), "lrr": 1e-3})
+    with pytest.raises(ValueError, match="cannot be searched over"):
+        param_space(PPO, {"env_id": "Acrobot-v1"})
+
+
+def _sweep(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_sweep_parser(parser.add_subparsers())
+    argv = ["sweep", "--algo", "ppo", "--out", os.fspath(tmp_path / "exp"), "--no-progress"]
+    return parser.parse_args([*argv, "--backend", "ray", "--max-epoch", "1", *extra])
+
+
+def test_an_unreachable_address_is_one_line_naming_ray_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_sweep(_sweep(tmp_path, "--address", "127.0.0.1:1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.startswith("epochtrain sweep: error: cannot connect to a Ray cluster at")
+    assert "ray start --head" in err
+
+
+def test_ray_not_installed_is_one_line_naming_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [m for m in sys.modules if m == "ray" or m.startswith(("ray.", "epochtrain.ray"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[ray\]'"):
+        run_experiment(grid(["ppo"], ["CartPole-v1"], [0]), tmp_path, backend="ray")
+    assert not list(tmp_path.iterdir())  # refused before any run directory is written
+    assert run_sweep(_sweep(tmp_path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "epochtrain sweep: error: ray is not installed: pip install 'epochtrain[ray]' "
+        "(import of ray halted; None in sys.modules)"
+    )
