@@ -100,6 +100,29 @@ def test_video_recorder_needs_a_test_collector_and_a_positive_period(tmp_path: P
         build("off", test_collector=None, hooks=[VideoRecorder(tmp_path)])
 
 
+def test_tensorboard_gets_the_path_and_an_animated_gif(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    from epochtrain.logger import TensorboardLogger
+
+    policy = TinyPolicy(make_envs(1))
+    video = record_video(policy, "CartPole-v1", tmp_path / "v.mp4", max_steps=20)
+    with TensorboardLogger(tmp_path / "tb") as logger:
+        logger.log_video(video, 1000)
+    values = {}
+    for path in (tmp_path / "tb").glob("events.out.tfevents.*"):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                values[value.tag] = (event.step, value)
+    step, text = values["test/video/text_summary"]
+    assert step == 1000 and text.tensor.string_val == [str(video).encode()]
+    step, image = values["test/video"]  # the loader migrates images to [width, height, data]
+    width, height, gif = image.tensor.string_val
+    assert step == 1000 and gif.startswith(b"GIF89a")
+    assert (width, height) == (b"240", b"160")
+    assert iio.imread(gif, index=None, extension=".gif").shape[0] == 21  # every frame
+
+
 def test_without_imageio_the_error_names_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

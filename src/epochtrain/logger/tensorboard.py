@@ -14,12 +14,15 @@ express this.
 
 from __future__ import annotations
 
+import importlib
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -91,10 +94,19 @@ class TensorboardLogger(BaseLogger):
     def log_video(
         self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
     ) -> None:
-        """Write the video's path as text under ``tag`` at ``step`` (TensorBoard's own
-        ``add_video`` needs moviepy, which epochtrain does not install)."""
+        """Write the video's path as text and, with the ``video`` extra installed, its
+        frames as an animated GIF image (Images tab), both under ``tag`` at ``step``.
+
+        TensorBoard's own ``add_video`` needs moviepy, which epochtrain does not install;
+        the GIF is at most 240 px wide and 150 frames (frames are skipped evenly).
+        """
         scope = video_scope(tag)
-        self.writer.add_text(tag, os.fspath(path), global_step=step)
+        writer = self.writer
+        writer.add_text(tag, os.fspath(path), global_step=step)
+        image = _gif_image(Path(path))
+        if image is not None and writer.file_writer is not None:
+            summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+            writer.file_writer.add_summary(summary, global_step=step)
         self._mark_written(scope, step)
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
@@ -151,3 +163,34 @@ class TensorboardLogger(BaseLogger):
             if self._writer is not None:
                 self._writer.close()
             self._closed = True
+
+
+def _gif_image(path: Path, max_width: int = 240, max_frames: int = 150) -> Any:
+    """The mp4 at ``path`` as a ``Summary.Image`` holding an animated GIF, or ``None``
+    without imageio (the ``video`` extra)."""
+    try:
+        iio = importlib.import_module("imageio.v3")
+        pil = importlib.import_module("PIL.Image")
+    except ImportError:
+        return None
+    frames = list(iio.imiter(path))
+    if not frames:
+        return None
+    fps = float(iio.immeta(path).get("fps") or 30.0)
+    every = -(-len(frames) // max_frames)
+    height, width = frames[0].shape[:2]
+    scale = min(1.0, max_width / width)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    images = [pil.fromarray(frame).resize(size) for frame in frames[::every]]
+    buffer = io.BytesIO()
+    images[0].save(
+        buffer,
+        format="GIF",
+        save_all=True,
+        append_images=images[1:],
+        duration=round(1000 * every / fps),
+        loop=0,
+    )
+    return Summary.Image(
+        height=size[1], width=size[0], colorspace=3, encoded_image_string=buffer.getvalue()
+    )
