@@ -142,7 +142,11 @@ class WandbLogger(BaseLogger):
         from the local files of its earlier processes (online and offline)."""
         summary = self._run.summary
         own = Path(self._run.settings.sync_dir).resolve()
-        earlier = [d for d in local_run_dirs(own.parent, self.run_id) if d.resolve() != own]
+        earlier = [
+            d
+            for d in local_run_dirs(own.parent, self.run_id)
+            if d.resolve() != own and any(d.glob("run-*.wandb"))  # W&B may not have written it
+        ]
         rows = [row for d in earlier for row in read_local_run(d).history]
         for scope, step_metric in STEP_METRICS.items():
             steps = [row[step_metric] for row in rows if step_metric in row]
