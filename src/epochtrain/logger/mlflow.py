@@ -83,6 +83,7 @@ class MLflowLogger(BaseLogger):
         super().__init__(train_interval, test_interval, update_interval, info_interval)
         tracking = require("mlflow.tracking", extra="mlflow")
         self._entities = require("mlflow.entities", extra="mlflow")
+        self._exceptions = require("mlflow.exceptions", extra="mlflow")
         if not isinstance(experiment_name, str) or not experiment_name:
             raise ValueError(f"experiment_name must be a non-empty str, got {experiment_name!r}")
         if config is not None and not isinstance(config, Mapping):
@@ -131,7 +132,7 @@ class MLflowLogger(BaseLogger):
             raise ValueError(f"run_id must be a non-empty str (an MLflow run id), got {run_id!r}")
         try:
             run = self.client.get_run(run_id)
-        except Exception as exc:  # MlflowException: no such run in this tracking store
+        except self._exceptions.MlflowException as exc:  # no such run in this store
             raise ValueError(
                 f"run_id {run_id!r} is not a run of the tracking store "
                 f"{self.client.tracking_uri!r} ({exc}): pass the tracking_uri it was logged to"
