@@ -23,16 +23,21 @@ METRIC = "test/returns_stat/mean"
 LRS = ("actor_lr", "critic_lr")
 
 
-def main(population: int = 2, max_epoch: int = 6) -> None:
+def main(population: int = 2, max_epoch: int = 4) -> None:
     spec = RunSpec.tuned("sac", "Pendulum-v1", seed=0).with_overrides(
-        {"max_epoch": max_epoch, "step_per_epoch": 1000, "warmup_steps": 500, "num_test_envs": 2}
+        {
+            "max_epoch": max_epoch,
+            "step_per_epoch": 500,
+            "warmup_steps": 250,
+            "num_test_envs": 2,
+            "episode_per_test": 2,
+        }
     )
     mutations = {name: tune.loguniform(3e-4, 3e-3) for name in LRS}
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",  # epochs
-        perturbation_interval=2,
+        perturbation_interval=1,
         hyperparam_mutations=mutations,
-        seed=0,
     )
     space = param_space(spec, {**mutations, "seed": tune.grid_search(list(range(population)))})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -45,7 +50,7 @@ def main(population: int = 2, max_epoch: int = 6) -> None:
             ),
             run_config=tune.RunConfig(
                 storage_path=storage,
-                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2, num_to_keep=2),
+                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1, num_to_keep=4),
                 verbose=0,
             ),
         )

@@ -21,9 +21,9 @@ from epochtrain.spec import RunSpec
 METRIC = "test/returns_stat/mean"
 
 
-def main(num_samples: int = 6, max_epoch: int = 6) -> None:
+def main(num_samples: int = 4, max_epoch: int = 4) -> None:
     spec = RunSpec.tuned("ppo", "CartPole-v1", seed=0).with_overrides(
-        {"max_epoch": max_epoch, "step_per_epoch": 2048, "num_test_envs": 4}
+        {"max_epoch": max_epoch, "step_per_epoch": 1024, "num_test_envs": 4, "episode_per_test": 4}
     )
     # Setting names as RunSpec.with_overrides takes them; a typo fails here, before Ray starts.
     space = param_space(spec, {"lr": tune.loguniform(1e-4, 1e-2)})
@@ -35,13 +35,13 @@ def main(num_samples: int = 6, max_epoch: int = 6) -> None:
             tune_config=tune.TuneConfig(
                 metric=METRIC,
                 mode="max",
-                scheduler=ASHAScheduler(max_t=max_epoch, grace_period=2, reduction_factor=2),
+                scheduler=ASHAScheduler(max_t=max_epoch, grace_period=1, reduction_factor=2),
                 num_samples=num_samples,
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(
                 storage_path=storage,
-                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2, num_to_keep=1),
+                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1, num_to_keep=1),
                 verbose=0,
             ),
         )

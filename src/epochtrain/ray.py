@@ -18,6 +18,7 @@ Optional extra ``epochtrain[ray]``; importing this module without ray raises
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import random
@@ -40,8 +41,10 @@ require("ray.tune", extra="ray")  # ray without its tune extra
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.tune.experiment import Trial  # noqa: E402
+from ray.tune.result import SHOULD_CHECKPOINT  # noqa: E402
 
 from epochtrain.checkpoint import read_manifest  # noqa: E402
+from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
 from epochtrain.experiment.progress import Progress  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
     failed_result,
@@ -195,9 +198,13 @@ class EpochTrainable(tune.Trainable):
         else:
             result = epoch_result(stats)
         done = bool(self.trainer.finished)
-        if done and self.run_dir is not None:
+        if self.run_dir is None:
+            return {**result, "done": done}
+        if done:
             finished_result(self.run_dir, self.trainer, self.wall_time)
-        return {**result, "done": done}
+        # Tune checkpoints a run-directory trial as often as the spec checkpoints the run
+        every = self.trainer.params.checkpoint_every
+        return {**result, "done": done, SHOULD_CHECKPOINT: self.trainer.state.epoch % every == 0}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         """Write our checkpoint into ``checkpoint_dir`` (Tune persists it)."""
@@ -215,6 +222,8 @@ class EpochTrainable(tune.Trainable):
         root = Path(checkpoint)
         meta = read_json(root / _TRIAL_FILE)
         if meta.get("trial_id") == self.trial_id:
+            if self.trainer.checkpoint_dir is not None:
+                _take_over_lock(self.trainer.checkpoint_dir)
             self.trainer.load_checkpoint(root / _CHECKPOINT)
             self.wall_time = float(meta.get("wall_time", 0.0))
         else:
@@ -249,6 +258,21 @@ class EpochTrainable(tune.Trainable):
         self.trainer = self._build(new_config)
         self.wall_time = 0.0
         return True
+
+
+def _take_over_lock(checkpoint_dir: Path) -> None:
+    """Drop the writer lock of this trial's previous worker when it ran on another host.
+
+    Tune restores a trial only once its previous actor is dead, but the lock can test
+    only pids of its own host; a lock of this host is left to it (stale if its pid died).
+    """
+    lock = checkpoint_dir / LOCK_FILE
+    try:
+        record = json.loads(lock.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(record, dict) and record.get("host") != socket.gethostname():
+        lock.unlink(missing_ok=True)
 
 
 def reseed(trainer: Any, seed: int) -> None:
@@ -363,7 +387,12 @@ def run_trials(
     """
     if not run_dirs:
         return
-    storage = Path(storage_path) if storage_path is not None else root / ".tune"
+    if storage_path is None:
+        storage = os.fspath((root / ".tune").resolve())
+    elif "://" in os.fspath(storage_path):  # a URI Tune syncs to (s3://, gs://, ...)
+        storage = os.fspath(storage_path)
+    else:
+        storage = os.fspath(Path(storage_path).resolve())
     trainable = tune.with_resources(EpochTrainable, {"cpu": 1, "gpu": gpus_per_run})
     names = {os.fspath(d.resolve()): d for d in run_dirs}
     with connect(address):
@@ -378,9 +407,9 @@ def run_trials(
             ),
             run_config=tune.RunConfig(
                 name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                storage_path=os.fspath(storage.resolve()),
+                storage_path=storage,
                 failure_config=tune.FailureConfig(max_failures=max_failures),
-                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1, num_to_keep=1),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),  # at SHOULD_CHECKPOINT
                 callbacks=[_ProgressCallback(progress, names)],
                 verbose=0,
             ),
