@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["MLP", "QCritic", "box_bounds", "flat_dim", "soft_update"]
+__all__ = ["MLP", "QCritic", "box_bounds", "flat_dim", "soft_update", "soft_update_pairs"]
 
 
 def flat_dim(space: gym.Space[Any]) -> int:
@@ -64,9 +64,30 @@ class MLP(nn.Module):
 @torch.no_grad()
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """Polyak update ``target <- (1 - tau) * target + tau * online`` (``tau=1``: copy)."""
-    for t, o in zip(target.parameters(), online.parameters(), strict=True):
-        t.lerp_(o, tau)
-    for tb, ob in zip(target.buffers(), online.buffers(), strict=True):
+    soft_update_pairs([(online, target)], tau)
+
+
+@torch.no_grad()
+def soft_update_pairs(pairs: Sequence[tuple[nn.Module, nn.Module]], tau: float) -> None:
+    """:func:`soft_update` of every ``(online, target)`` pair, as one foreach lerp.
+
+    One fused ``_foreach_lerp_`` over all parameters (bitwise the same as a ``lerp_`` per
+    parameter) instead of one ``lerp_`` call per tensor.
+    """
+    targets: list[Tensor] = []
+    onlines: list[Tensor] = []
+    target_bufs: list[Tensor] = []
+    online_bufs: list[Tensor] = []
+    for online, target in pairs:
+        for t, o in zip(target.parameters(), online.parameters(), strict=True):
+            targets.append(t)
+            onlines.append(o)
+        for tb, ob in zip(target.buffers(), online.buffers(), strict=True):
+            target_bufs.append(tb)
+            online_bufs.append(ob)
+    if targets:
+        torch._foreach_lerp_(targets, onlines, tau)
+    for tb, ob in zip(target_bufs, online_bufs, strict=True):
         tb.copy_(ob)
 
 

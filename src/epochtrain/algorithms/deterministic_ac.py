@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from epochtrain.algorithms.base import Policy, TrainerKind
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update
+from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update_pairs
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         its true final observation.
         """
         a_next = self.target_action(obs_next)
-        q_next = torch.stack([q(obs_next, a_next) for q in self.critic_targets]).min(dim=0)[0]
+        q_next = _min_q([q(obs_next, a_next) for q in self.critic_targets])
         not_terminated = (~batch.terminated).to(q_next.dtype)
         target: Tensor = batch.rew.to(q_next.dtype) + self.gamma * not_terminated * q_next
         return target
@@ -181,7 +181,12 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         """
         target = self.compute_target(batch, obs_next)
         qs = [q(obs, act) for q in self.critics]
-        loss = torch.stack([F.mse_loss(q, target) for q in qs]).sum()
+        losses = [F.mse_loss(q, target) for q in qs]
+        # one or two critics: no stack-and-sum, the same bits with fewer ops
+        if len(losses) <= 2:
+            loss = losses[0] if len(losses) == 1 else losses[0] + losses[1]
+        else:
+            loss = torch.stack(losses).sum()
         self.optimize("critic", loss, max_grad_norm=self.max_grad_norm)
         self.n_updates += 1
         return loss.item(), qs[0].detach().mean().item()
@@ -198,8 +203,7 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
     def update_actor(self, loss: Tensor) -> None:
         """One actor step on ``loss``, then Polyak updates of every target network."""
         self.optimize("actor", loss, max_grad_norm=self.max_grad_norm)
-        for online, target in self.target_pairs():
-            soft_update(target, online, self.tau)
+        soft_update_pairs(self.target_pairs(), self.tau)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """The actor and each critic, each with its target network."""
@@ -218,3 +222,12 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         """Restore what :meth:`get_extra_state` returned."""
         super().set_extra_state(state)
         self.n_updates = int(state["n_updates"])
+
+
+def _min_q(qs: list[Tensor]) -> Tensor:
+    """Elementwise minimum of the critics' values (one op for twins, no stack)."""
+    if len(qs) == 1:
+        return qs[0]
+    if len(qs) == 2:
+        return torch.minimum(qs[0], qs[1])
+    return torch.stack(qs).min(dim=0).values

@@ -189,8 +189,11 @@ class SACBase(Policy[TSACStats], ABC):
             return torch.multinomial(out.softmax(dim=-1), 1).squeeze(-1), {}
         if deterministic:
             return self.scale(torch.tanh(out[:, : self.act_dim])), {}
-        squashed, _ = self._squashed_sample(out)
-        return self.scale(squashed), {}
+        # the same draw as _squashed_sample, without the log-probability acting never uses
+        mean, log_std = out.chunk(2, dim=-1)
+        noise = torch.randn_like(mean)
+        u = mean + log_std.clamp(_LOG_STD_MIN, _LOG_STD_MAX).exp() * noise
+        return self.scale(torch.tanh(u)), {}
 
     def scale(self, squashed: Tensor) -> Tensor:
         """Map actions in (-1, 1) to the Box bounds."""
@@ -229,6 +232,11 @@ class SACBase(Policy[TSACStats], ABC):
             return torch.stack([c(obs).gather(-1, index).squeeze(-1) for c in critics])
         return torch.stack([c(obs, act) for c in critics])
 
+    def min_q(self, obs: Tensor, act: Tensor, *, target: bool = False) -> Tensor:
+        """Box actions: ``min(Q_1, Q_2)(obs, act)``, ``[batch]``, without stacking them."""
+        critics = self.critics_target if target else self.critics
+        return torch.minimum(critics[0](obs, act), critics[1](obs, act))
+
     def q_all(self, obs: Tensor, *, target: bool = False) -> Tensor:
         """Discrete actions only: both critics' values of every action, ``[2, batch, n]``."""
         critics = self.critics_target if target else self.critics
@@ -250,7 +258,7 @@ class SACBase(Policy[TSACStats], ABC):
             v_next = (logp.exp() * (q_next - alpha * logp)).sum(dim=-1)
         else:
             act_next, logp_next = self.sample(obs_next)
-            q_next = self.q_values(obs_next, act_next, target=True).min(dim=0).values
+            q_next = self.min_q(obs_next, act_next, target=True)
             v_next = q_next - alpha * logp_next
         not_terminated = (~batch.terminated).to(v_next.dtype)
         target: Tensor = batch.rew + self.gamma * not_terminated * v_next
@@ -283,7 +291,7 @@ class SACBase(Policy[TSACStats], ABC):
             entropy = -(probs * logp).sum(dim=-1).mean()
         else:
             act, logp_a = self.sample(obs)
-            q = self.q_values(obs, act).min(dim=0).values
+            q = self.min_q(obs, act)
             loss_actor = (alpha_t * logp_a - q).mean()
             entropy = -logp_a.mean()
         self.critics.requires_grad_(True)
