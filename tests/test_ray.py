@@ -248,3 +248,34 @@ def test_ray_not_installed_is_one_line_naming_the_extra(
         "epochtrain sweep: error: ray is not installed: pip install 'epochtrain[ray]' "
         "(import of ray halted; None in sys.modules)"
     )
+
+
+# ----------------------------------------------------------------------- examples
+def _run_example(name: str, cwd: Path) -> str:
+    import subprocess
+
+    example = Path(__file__).resolve().parents[1] / "examples" / name
+    result = subprocess.run(
+        [sys.executable, os.fspath(example)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_tune_asha_ppo_example_runs_its_trials_and_names_the_best_lr(tmp_path: Path) -> None:
+    out = _run_example("tune_asha_ppo.py", tmp_path)
+    assert len([ln for ln in out.splitlines() if ln.startswith("trial lr=")]) == 4, out
+    assert "best lr" in out
+
+
+@pytest.mark.slow
+def test_pbt_sac_example_runs_a_population_of_two(tmp_path: Path) -> None:
+    out = _run_example("pbt_sac.py", tmp_path)
+    assert len([ln for ln in out.splitlines() if ln.startswith("trial seed")]) == 2, out
+    assert "best test return" in out
