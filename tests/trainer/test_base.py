@@ -136,7 +136,9 @@ def test_offpolicy_training_stat_covers_all_gradient_steps_of_the_epoch() -> Non
 
 
 def test_smoothed_loss_ignores_non_finite_values() -> None:
-    trainer = build("off", loss_values=[1.0, float("nan"), 3.0, float("inf")])
+    # on_nonfinite="skip" keeps training past a non-finite loss (the default raises)
+    values = [1.0, float("nan"), 3.0, float("inf")]
+    trainer = build("off", loss_values=values, on_nonfinite="skip")
     stats = next(trainer)
     assert stats.training_stat is not None
     assert stats.training_stat.smoothed_loss["loss"] == pytest.approx(2.0)
