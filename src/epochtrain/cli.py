@@ -16,7 +16,9 @@ continues a run and ``epochtrain eval PATH --episodes 10`` tests a checkpoint's 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +27,10 @@ from typing import Any, NoReturn
 from epochtrain.spec_args import add_spec_options, resolve_spec, settings_help
 
 __all__ = ["build_parser", "main"]
+
+# Errors found before any work starts: a one-line message and exit status 2 (a missing
+# optional extra is an ImportError subclass naming the pip command).
+_USAGE_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, FileNotFoundError, ImportError)
 
 
 def _algos() -> list[str]:
@@ -100,6 +106,12 @@ def _add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     evaluate.add_argument("--episodes", type=int, default=10, help="test episodes to run")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the test envs")
     evaluate.add_argument("--device", default="cpu", help="torch device for the networks")
+    evaluate.add_argument(
+        "--video",
+        default=None,
+        metavar="OUT.mp4",
+        help="also record the first test episode to this mp4 (extra: epochtrain[video])",
+    )
 
 
 def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -110,7 +122,17 @@ def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     collect.add_argument("--env", required=True, help="gymnasium env id")
     collect.add_argument("--steps", type=int, required=True, help="env steps to record")
-    collect.add_argument("--out", required=True, help="buffer file to write (plus OUT.json)")
+    collect.add_argument(
+        "--out",
+        required=True,
+        help="buffer file to write (plus OUT.json); with --format minari, the dataset id",
+    )
+    collect.add_argument(
+        "--format",
+        choices=["buffer", "minari"],
+        default="buffer",
+        help="an epochtrain buffer file, or a local Minari dataset (extra: epochtrain[minari])",
+    )
     source = collect.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", help="record the policy of this checkpoint (or dir)")
     source.add_argument("--algo", choices=_algos(), help="train this algorithm first, then record")
@@ -191,7 +213,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         spec, run_dir = _prepare_train(args)
         trainer = make_trainer(spec)
-    except (ValueError, TypeError, FileNotFoundError) as exc:  # found before any work
+    except _USAGE_ERRORS as exc:  # found before any work
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
     if run_dir is not None:
@@ -216,7 +238,7 @@ def _train(args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace) -> int:
     try:
         spec = resolve_spec(args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except _USAGE_ERRORS as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
     print(spec.to_json() if args.json else spec.to_toml(), end="" if not args.json else "\n")
@@ -280,7 +302,7 @@ def _eval(args: argparse.Namespace) -> int:
         trainer, ckpt, manifest = _checkpoint_trainer(
             args.path, args.device, min(args.episodes, 10)
         )
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except _USAGE_ERRORS as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
     algo, env_id = manifest["spec"]["algo"], manifest["spec"]["env_id"]
@@ -295,7 +317,30 @@ def _eval(args: argparse.Namespace) -> int:
         f"{manifest['env_step']} env steps): mean return {ret.mean:.2f} ± {ret.std:.2f} over "
         f"{stat.n_collected_episodes} episodes (min {ret.min:.2f}, max {ret.max:.2f})"
     )
+    if args.video is not None:
+        from epochtrain.trainer.video import record_video
+
+        try:
+            path = record_video(
+                trainer.policy,
+                env_id,
+                args.video,
+                seed=args.seed,
+                obs_transform=_normalizer(trainer),
+            )
+        except _USAGE_ERRORS as exc:
+            print(f"epochtrain: error: {exc}", file=sys.stderr)
+            return 2
+        print(f"Video of a test episode: {path}")
     return 0
+
+
+def _normalizer(trainer: Any) -> Any:
+    """The observation transform of the run's ``ObservationNormalizer``, or None."""
+    from epochtrain.trainer import ObservationNormalizer
+
+    hooks = (hook for hook in trainer.hooks if isinstance(hook, ObservationNormalizer))
+    return next((hook.normalize for hook in hooks), None)
 
 
 def _one_transition(envs: Any) -> Any:
@@ -316,19 +361,13 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
     if args.random:
         return None, "random", None
     if args.checkpoint is not None:
-        from epochtrain.trainer import ObservationNormalizer
-
         trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1)
         if manifest["spec"]["env_id"] != args.env:
             raise ValueError(
                 f"--checkpoint {args.checkpoint} was trained on {manifest['spec']['env_id']}, "
                 f"not --env {args.env}: record on the env the policy was trained on"
             )
-        transform = next(
-            (hook.normalize for hook in trainer.hooks if isinstance(hook, ObservationNormalizer)),
-            None,
-        )
-        return trainer.policy, f"{manifest['spec']['algo']} from {ckpt}", transform
+        return trainer.policy, f"{manifest['spec']['algo']} from {ckpt}", _normalizer(trainer)
     from epochtrain.factory import make_trainer
 
     if args.train_steps is None and args.train_until is None:
@@ -364,24 +403,50 @@ def _collect(args: argparse.Namespace) -> int:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         if args.algo is None and (args.train_steps is not None or args.train_until is not None):
             raise ValueError("--train-steps and --train-until need --algo")
+        if args.format == "minari":
+            from epochtrain.extras import require
+
+            require("minari", extra="minari")  # before any training or recording
         policy, description, transform = _collect_policy(args)
+        out = Path(args.out)
+        if args.format == "minari":
+            out = Path(tempfile.mkdtemp(prefix="epochtrain-collect-")) / "dataset.buf"
         info = record_dataset(
             policy,
             args.env,
             args.steps,
-            args.out,
+            out,
             seed=args.seed,
             num_envs=args.num_envs,
             deterministic=args.deterministic,
             policy_name=description,
             obs_transform=transform,
         )
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except _USAGE_ERRORS as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
+    where = f"{info.path} (+ .json)"
+    if args.format == "minari":
+        from epochtrain.data.minari import write_minari
+
+        try:
+            where = str(
+                write_minari(
+                    info.path,
+                    args.out,
+                    args.env,
+                    algorithm_name=description,
+                    description=f"recorded by `epochtrain collect` from {description}",
+                )
+            )
+        except _USAGE_ERRORS as exc:
+            print(f"epochtrain: error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            shutil.rmtree(Path(info.path).parent, ignore_errors=True)
     print(
         f"Recorded {info.n_steps} env steps ({info.n_episodes} episodes, return "
-        f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {info.path} (+ .json)"
+        f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {where}"
     )
     return 0
 

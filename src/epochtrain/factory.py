@@ -130,11 +130,16 @@ def _stop_at(threshold: float | None) -> StopFn | None:
 
 
 def _load_dataset(spec: RunSpec) -> ReplayBuffer:
+    """The spec's dataset: a buffer file, or ``minari:<dataset id>`` (a local Minari dataset)."""
     if spec.dataset is None:
         raise ValueError(
             f"algo {spec.algo!r} needs a dataset: set dataset='path/to/file' (record one with "
-            "`epochtrain collect`) or pass buffer=ReplayBuffer.load(path)"
+            "`epochtrain collect`) or 'minari:<dataset id>', or pass buffer=ReplayBuffer.load(path)"
         )
+    if spec.dataset.startswith("minari:"):
+        from epochtrain.data.minari import load_minari_buffer
+
+        return load_minari_buffer(spec.dataset.removeprefix("minari:"), device=spec.device)
     return ReplayBuffer.load(spec.dataset, device=spec.device)
 
 

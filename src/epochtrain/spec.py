@@ -85,7 +85,8 @@ class RunSpec(Config):
     stop_at: float | None = None
     """Stop once the best mean test return reaches this (None: run all epochs)."""
     dataset: str | None = None
-    """Offline algorithms: the dataset file (written by `epochtrain collect`)."""
+    """Offline algorithms: the dataset file (written by `epochtrain collect`), or
+    'minari:<dataset id>' for a local Minari dataset."""
     device: str = "cpu"
     """Torch device of the networks ('cpu', 'cuda:0', ...)."""
 

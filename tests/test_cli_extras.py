@@ -1,0 +1,63 @@
+"""The CLI's optional-extra paths: eval --video, collect --format minari, --dataset minari:,
+and a missing extra as one line with exit status 2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from epochtrain.cli import main
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    argv = ["train", "--algo", "ppo", "--max-epoch", "1", "--step-per-epoch", "256"]
+    assert main([*argv, "--logdir", str(tmp_path / "runs"), "--no-progress", "--quiet"]) == 0
+    (ckpts,) = (tmp_path / "runs").glob("*/checkpoints")
+    return ckpts
+
+
+def test_eval_video_writes_an_mp4_of_a_test_episode(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
+    out = tmp_path / "episode.mp4"
+    assert main(["eval", str(checkpoint), "--episodes", "1", "--video", str(out)]) == 0
+    assert out.stat().st_size > 1000 and out.read_bytes()[4:8] == b"ftyp"  # an mp4 container
+    assert f"Video of a test episode: {out}" in capsys.readouterr().out
+
+
+def test_collect_to_minari_then_train_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("minari", reason="the minari extra is not installed")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    argv = ["collect", "--env", "CartPole-v1", "--random", "--steps", "300"]
+    assert main([*argv, "--format", "minari", "--out", "cartpole/random-v0"]) == 0
+    assert "cartpole" in capsys.readouterr().out
+    assert list((tmp_path / "minari").rglob("*"))
+    train = ["train", "--algo", "bc", "--dataset", "minari:cartpole/random-v0"]
+    assert main([*train, "--max-epoch", "1", "--step-per-epoch", "20", "--logdir", ""]) == 0
+
+
+def test_a_missing_minari_dataset_names_the_download_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("minari", reason="the minari extra is not installed")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "empty"))
+    argv = ["train", "--algo", "bc", "--dataset", "minari:nope/none-v0", "--logdir", ""]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "minari download" in err
+
+
+def test_a_missing_extra_is_one_line_naming_the_pip_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "minari", None)  # import minari now fails
+    argv = ["collect", "--env", "CartPole-v1", "--random", "--steps", "10"]
+    assert main([*argv, "--format", "minari", "--out", "x/y-v0"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "pip install 'epochtrain[minari]'" in err
