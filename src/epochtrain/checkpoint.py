@@ -21,6 +21,7 @@ naming the file and the problem, and leaves the trainer as it was. Nothing ever 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -150,19 +151,20 @@ def _write_file(path: Path, obj: Any) -> dict[str, Any]:
 
 def _manifest(trainer: BaseTrainer[Any], files: dict[str, Any]) -> dict[str, Any]:
     test = trainer.last_test_stat
+    # every RunState counter, derived from the dataclass (non-finite floats as null)
+    counters = {
+        name: _finite_or_none(value) if isinstance(value, float) else value
+        for name, value in dataclasses.asdict(trainer.state).items()
+    }
     return {
         "format": _FORMAT,
         "format_version": CHECKPOINT_FORMAT_VERSION,
         "versions": _versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(),
-        "epoch": trainer.state.epoch,
-        "env_step": trainer.state.env_step,
-        "gradient_step": trainer.state.gradient_step,
+        **counters,
         "test_return": _finite_or_none(
             test.returns_stat.mean if test and test.returns_stat else None
         ),
-        "best_test_return": _finite_or_none(trainer.state.best_test_return),
-        "best_epoch": trainer.state.best_epoch,
         "stop_reason": trainer.stop_reason,
         "config": {
             "trainer": type(trainer).__name__,

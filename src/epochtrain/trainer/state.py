@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 FLAGS = ("stop_reason", "last_test_stat", "_started", "_finished")
+
+_INT_COUNTERS = tuple(f.name for f in dataclasses.fields(RunState) if f.type in ("int", int))
 """Trainer attributes saved beside the :class:`~epochtrain.stats.RunState` counters."""
 
 
@@ -161,7 +163,7 @@ def check_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> 
     if not isinstance(counters, Mapping) or set(counters) != expected:
         got = sorted(counters) if isinstance(counters, Mapping) else counters
         raise ValueError(f"the trainer state's counters are {got}, expected {sorted(expected)}")
-    for name in ("epoch", "env_step", "gradient_step", "best_epoch"):
+    for name in _INT_COUNTERS:
         if isinstance(counters[name], bool) or not isinstance(counters[name], int):
             raise ValueError(f"the counter {name!r} is {counters[name]!r}, not an int")
     check_policy_state(trainer.policy, state["policy"])
