@@ -232,7 +232,8 @@ def summary_table(results: Sequence[CaseResult], *, reps: int = DEFAULT_REPS, se
         scores = {case.algo: [[f] for f in res.finals]}
         summary = summarize_tasks(scores, tasks=[case.env], reps=reps, seed=seed)
         s = summary[case.algo][case.env]
-        iqm = f"**{_fmt(s.iqm.estimate)}** [{_fmt(s.iqm.ci_low)}, {_fmt(s.iqm.ci_high)}]"
+        # the statistics as `epochtrain compare` prints them, one decimal
+        iqm = f"**{s.iqm.estimate:.1f}** [{s.iqm.ci_low:.1f}, {s.iqm.ci_high:.1f}]"
         unit = "gradient steps" if case.offline else "env steps"
         target = "–" if res.target is None else _fmt(res.target)
         reached = "–"
@@ -245,7 +246,7 @@ def summary_table(results: Sequence[CaseResult], *, reps: int = DEFAULT_REPS, se
         seeds = _seed_text(res.seeds)
         lines.append(
             f'| <a id="{res.name}"></a>{res.name} | {case.env} | {case.budget:,} {unit} '
-            f"| {target} | {iqm} | {_fmt(s.mean.estimate)} | {_fmt(s.median.estimate)} "
+            f"| {target} | {iqm} | {s.mean.estimate:.1f} | {s.median.estimate:.1f} "
             f"| {', '.join(_fmt(f) for f in res.finals)} | {reached} "
             f"| {statistics.median(res.seconds):.0f} s "
             f"| `python benchmarks/learning.py {res.name} --seeds {seeds}` |"
