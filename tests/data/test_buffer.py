@@ -11,6 +11,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
+from epochtrain.checkpoint import CheckpointError
 from epochtrain.data import Collector, ReplayBuffer
 from tests.fakes import ParityPolicy, make_vec
 
@@ -275,7 +276,8 @@ def test_failing_save_leaves_previous_file_intact(
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
+    # a write failure is a CheckpointError naming the file and the cause (data-safety issue)
+    with pytest.raises(CheckpointError, match=r"cannot write buffer file .*disk full"):
         _filled(capacity=4, num_envs=2, n_rows=3).save(path)
     monkeypatch.undo()
     assert path.read_bytes() == before

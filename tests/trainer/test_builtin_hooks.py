@@ -128,7 +128,11 @@ def test_early_stopping_without_improvement_for_patience_env_steps() -> None:
 
 
 def test_early_stopping_on_a_non_finite_loss() -> None:
-    trainer = build("off", max_epoch=3, loss_values=[1.0, math.nan], hooks=[EarlyStopping()])
+    # on_nonfinite="skip" lets the NaN loss reach the hook (the default raises at once)
+    hooks = [EarlyStopping()]
+    trainer = build(
+        "off", max_epoch=3, loss_values=[1.0, math.nan], hooks=hooks, on_nonfinite="skip"
+    )
     stats = list(trainer)
     assert len(stats) == 1 and trainer.stop_reason == "non_finite_loss"
     assert trainer.state.gradient_step == 5  # the update step that met the NaN stopped the run

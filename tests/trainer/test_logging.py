@@ -40,7 +40,8 @@ def test_trainer_logs_every_scope_in_its_units() -> None:
 
 def test_smoothed_losses_reach_the_logger() -> None:
     logger = RecordingLogger()
-    trainer = build("off", max_epoch=1, logger=logger, loss_values=[2.0, float("nan"), 4.0])
+    values = [2.0, float("nan"), 4.0]  # on_nonfinite="skip": train on past the NaN (default: raise)
+    trainer = build("off", max_epoch=1, logger=logger, loss_values=values, on_nonfinite="skip")
     trainer.run()
     step, last = logger.of("update")[-1]
     cycle = {0: 2.0, 2: 4.0}  # position 1 is the NaN, which smoothing drops
