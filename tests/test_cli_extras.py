@@ -61,3 +61,15 @@ def test_a_missing_extra_is_one_line_naming_the_pip_command(
     assert main([*argv, "--format", "minari", "--out", "x/y-v0"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pip install 'epochtrain[minari]'" in err
+
+
+def test_an_env_missing_its_package_exits_2_with_the_pip_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("Box2D") is not None:
+        pytest.skip("Box2D is installed here: LunarLander builds")
+    assert main(["train", "--algo", "ppo", "--env", "LunarLander-v3", "--logdir", ""]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "gymnasium[box2d]" in err

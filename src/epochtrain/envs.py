@@ -20,7 +20,12 @@ from gymnasium.vector import AutoresetMode
 
 from epochtrain.extras import require
 
-__all__ = ["BACKENDS", "EnvPoolVectorEnv", "make_envs"]
+__all__ = [
+    "BACKENDS",
+    "EnvPoolVectorEnv",
+    "MissingEnvDependencyError",
+    "make_envs",
+]
 
 Backend = Literal["sync", "async", "envpool"]
 BACKENDS: tuple[Backend, ...] = ("sync", "async", "envpool")
@@ -35,13 +40,21 @@ def make_envs(
         return EnvPoolVectorEnv(env_id, num_envs)
     if backend not in ("sync", "async"):
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    envs: gym.vector.VectorEnv[Any, Any, Any] = gym.make_vec(
-        env_id,
-        num_envs=num_envs,
-        vectorization_mode=backend,
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-    )
+    try:
+        envs: gym.vector.VectorEnv[Any, Any, Any] = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=backend,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        )
+    except gym.error.DependencyNotInstalled as exc:
+        # gymnasium's message names the pip command (e.g. gymnasium[box2d], [mujoco])
+        raise MissingEnvDependencyError(f"env {env_id!r} needs a package: {exc}") from exc
     return envs
+
+
+class MissingEnvDependencyError(ImportError):
+    """An env needs a package that is not installed; the message names the pip command."""
 
 
 class EnvPoolVectorEnv(gym.vector.VectorEnv[Any, Any, Any]):
