@@ -153,6 +153,12 @@ SAFE_OUTSIDE_TRAINER = frozenset(
 """Run-spec settings outside ``trainer`` that a resumed run may change."""
 
 
+_NOT_WORTH_A_WARNING = frozenset(
+    {"trainer.resume_from", "trainer.show_progress", "trainer.verbose"}
+)
+"""Settings a resume always or harmlessly changes: not compared at all."""
+
+
 class SettingsMismatchError(ValueError):
     """A checkpoint's run settings differ from those of the trainer it is loaded into."""
 
@@ -166,7 +172,11 @@ def compare_settings(own: Mapping[str, Any], saved: Mapping[str, Any]) -> list[s
     """
     mine, theirs = _flatten(own), _flatten(saved)
     safe = {f"trainer.{name}" for name in SAFE_TO_CHANGE} | SAFE_OUTSIDE_TRAINER
-    differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    differing = sorted(
+        k
+        for k in mine.keys() | theirs.keys()
+        if mine.get(k) != theirs.get(k) and k not in _NOT_WORTH_A_WARNING
+    )
     unsafe = [k for k in differing if k not in safe]
     if unsafe:
         detail = ", ".join(f"{k}: saved {theirs.get(k)!r}, now {mine.get(k)!r}" for k in unsafe)
