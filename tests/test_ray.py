@@ -27,16 +27,7 @@ from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
 from epochtrain.experiment.runs import open_trainer, prepare_runs  # noqa: E402
 from epochtrain.extras import MissingExtraError  # noqa: E402
 from epochtrain.spec import RunSpec  # noqa: E402
-
-FAST = {
-    "max_epoch": 2,
-    "step_per_epoch": 64,
-    "step_per_collect": 64,
-    "repeat_per_collect": 1,
-    "num_envs": 1,
-    "num_test_envs": 1,
-    "episode_per_test": 1,
-}
+from tests.experiment.settings import FAST  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)

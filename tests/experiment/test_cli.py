@@ -16,16 +16,8 @@ from epochtrain.experiment.cli import (
     run_compare,
     run_sweep,
 )
+from tests.experiment.settings import FAST
 
-FAST = {
-    "max_epoch": 2,
-    "step_per_epoch": 64,
-    "step_per_collect": 64,
-    "repeat_per_collect": 1,
-    "num_envs": 1,
-    "num_test_envs": 1,
-    "episode_per_test": 1,
-}
 FAST_FLAGS = [
     "--max-epoch", "2", "--step-per-epoch", "64", "--step-per-collect", "64",
     "--repeat-per-collect", "1", "--num-envs", "1", "--num-test-envs", "1",

@@ -15,16 +15,8 @@ import pytest
 
 from epochtrain.experiment import grid, load_experiment, run_experiment
 from epochtrain.spec import RunSpec
+from tests.experiment.settings import FAST
 
-FAST = {
-    "max_epoch": 2,
-    "step_per_epoch": 64,
-    "step_per_collect": 64,
-    "repeat_per_collect": 1,
-    "num_envs": 1,
-    "num_test_envs": 1,
-    "episode_per_test": 1,
-}
 ALGOS, ENVS, SEEDS = ["ppo", "a2c"], ["CartPole-v1"], [0, 1, 2]
 
 
