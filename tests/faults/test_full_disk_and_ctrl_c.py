@@ -133,6 +133,9 @@ def test_ctrl_c_in_epochtrain_train_exits_130_with_one_line_naming_the_checkpoin
         [sys.executable, "-m", "epochtrain", "train", "--algo", "dqn", "--env", "CartPole-v1",
          "--seed", "0", "--max-epoch", "50", "--logdir", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # as from a terminal: a job started in the background by a non-interactive shell
+        # (CI, nohup ... &) inherits SIGINT as ignored, and then Ctrl-C never arrives
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
