@@ -53,6 +53,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium.vector import AutoresetMode
+from throughput import CollectorRun  # the same Collector driver as benchmarks/throughput.py
 from torch import Tensor, nn
 
 from epochtrain.algorithms import DQN, PPO, SAC, TD3
@@ -364,17 +365,6 @@ class PlainLoop:
             made += num_envs
         self.obs = obs
         return made
-
-
-class CollectorRun:
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-
-    def reset(self, seed: int) -> None:
-        self.collector.reset(seed=seed)
-
-    def run(self, n: int) -> int:
-        return self.collector.collect(n_step=n).n_collected_steps
 
 
 def collect_round(algo: str, num_envs: int, transitions: int, chunks: int, seed: int,

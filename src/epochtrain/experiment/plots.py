@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from epochtrain.experiment.bootstrap import IntervalEstimate
 from epochtrain.experiment.curves import CurveEstimate
@@ -86,15 +86,8 @@ def plot_sample_efficiency(
     for i, (env_id, per_algo) in enumerate(curves.items()):
         ax = fig.add_subplot(rows, cols, i + 1)
         for algo, curve in per_algo.items():
-            ax.plot(curve.env_steps, curve.estimate, color=colors[algo], label=algo)
-            ax.fill_between(
-                curve.env_steps,
-                curve.ci_low,
-                curve.ci_high,
-                color=colors[algo],
-                alpha=_BAND_ALPHA,
-                linewidth=0,
-            )
+            _line_with_band(ax, curve.env_steps, curve.estimate, curve.ci_low, curve.ci_high,
+                            colors[algo], algo)  # fmt: skip
         ax.set_title(env_id)
         ax.set_xlabel("env steps")
         ax.set_ylabel(ylabel)
@@ -153,15 +146,8 @@ def plot_performance_profiles(
     fig = _figure(5.5, 3.8)
     ax = fig.add_subplot(1, 1, 1)
     for algo, profile in profiles.items():
-        ax.plot(profile.taus, profile.fraction, color=colors[algo], label=algo)
-        ax.fill_between(
-            profile.taus,
-            profile.ci_low,
-            profile.ci_high,
-            color=colors[algo],
-            alpha=_BAND_ALPHA,
-            linewidth=0,
-        )
+        _line_with_band(ax, profile.taus, profile.fraction, profile.ci_low, profile.ci_high,
+                        colors[algo], algo)  # fmt: skip
     ax.set_xlabel(xlabel)
     ax.set_ylabel(r"fraction of runs with score $> \tau$")
     ax.set_ylim(-0.02, 1.02)
@@ -189,3 +175,11 @@ def plot_probability_of_improvement(
     ax.set_xlabel("probability of improvement")
     ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _line_with_band(
+    ax: Any, x: Any, estimate: Any, low: Any, high: Any, color: Any, label: str
+) -> None:
+    """The estimate as a line and its confidence interval as a shaded band around it."""
+    ax.plot(x, estimate, color=color, label=label)
+    ax.fill_between(x, low, high, color=color, alpha=_BAND_ALPHA, linewidth=0)
