@@ -4,7 +4,6 @@ workers and dead drivers resume exactly, PBT clones keep their learning rate, ba
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import signal
@@ -24,7 +23,6 @@ from ray.tune.result import TRIAL_INFO  # noqa: E402
 
 from epochtrain.experiment import grid, run_experiment  # noqa: E402
 from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
-from epochtrain.experiment.runs import open_trainer, prepare_runs  # noqa: E402
 from epochtrain.extras import MissingExtraError  # noqa: E402
 from epochtrain.spec import RunSpec  # noqa: E402
 from tests.experiment.settings import FAST  # noqa: E402
@@ -74,15 +72,11 @@ def _without_times(path: Path) -> list[dict[str, Any]]:
     return _without_times_text(path.read_text())
 
 
-def test_a_trial_whose_worker_is_killed_finishes_equal_to_an_uninterrupted_run(
-    tmp_path: Path,
-) -> None:
-    longer = {**FAST, "max_epoch": 6, "step_per_epoch": 256}
-    specs = grid(["ppo"], ["CartPole-v1"], [3], **longer)
-    run_dir = tmp_path / "ray" / specs[0].run_id
-    killed: list[int] = []
+def _kill_worker_after_epoch_2(run_dir: Path, killed: list[int]) -> threading.Thread:
+    """A thread that kill -9s the process holding ``run_dir``'s checkpoint lock once the
+    run has checkpointed epoch 2 (and not yet finished)."""
 
-    def kill_after_epoch_2() -> None:
+    def watch() -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not killed:
             lock = run_dir / "checkpoints" / ".lock"
@@ -94,8 +88,21 @@ def test_a_trial_whose_worker_is_killed_finishes_equal_to_an_uninterrupted_run(
                 return
             time.sleep(0.02)
 
-    watcher = threading.Thread(target=kill_after_epoch_2, daemon=True)
+    watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    return watcher
+
+
+LONGER = {**FAST, "max_epoch": 6, "step_per_epoch": 256}
+
+
+def test_a_trial_whose_worker_is_killed_finishes_equal_to_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    specs = grid(["ppo"], ["CartPole-v1"], [3], **LONGER)
+    run_dir = tmp_path / "ray" / specs[0].run_id
+    killed: list[int] = []
+    watcher = _kill_worker_after_epoch_2(run_dir, killed)
     run_experiment(specs, tmp_path / "ray", backend="ray", max_failures=2, show_progress=False)
     watcher.join()
     assert killed, "the worker finished before it could be killed: lengthen the run"
@@ -107,21 +114,62 @@ def test_a_trial_whose_worker_is_killed_finishes_equal_to_an_uninterrupted_run(
     )
 
 
-def test_a_sweep_rerun_after_the_driver_died_continues_from_the_checkpoints(
+def test_a_trial_killed_more_often_than_max_failures_is_failed_and_a_rerun_finishes_it(
     tmp_path: Path,
 ) -> None:
-    specs = grid(["a2c"], ["CartPole-v1"], [0], **{**FAST, "max_epoch": 3})
+    specs = grid(["ppo"], ["CartPole-v1"], [4], **LONGER)
+    run_dir = tmp_path / "ray" / specs[0].run_id
+    killed: list[int] = []
+    watcher = _kill_worker_after_epoch_2(run_dir, killed)
+    experiment = run_experiment(
+        specs, tmp_path / "ray", backend="ray", max_failures=0, show_progress=False
+    )
+    watcher.join()
+    assert killed, "the worker finished before it could be killed: lengthen the run"
+    assert [r.status for r in experiment.runs] == ["failed"]
+    failed = json.loads((run_dir / "result.json").read_text())
+    assert failed["status"] == "failed" and failed["error"]
+    assert 2 <= failed["epochs"] < LONGER["max_epoch"]  # its curve up to the kill is kept
+
+    rerun = run_experiment(specs, tmp_path / "ray", backend="ray", show_progress=False)
+    assert [r.status for r in rerun.runs] == ["finished"]
+    run_experiment(specs, tmp_path / "lockstep", show_progress=False)
+    assert results(tmp_path / "ray") == results(tmp_path / "lockstep")
+
+
+def test_a_sweep_rerun_after_its_driver_was_killed_continues_from_the_checkpoints(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
     out = tmp_path / "ray"
-    # what a driver killed after epoch 1 leaves: checkpoints and a log, no result.json
-    (run_dir,) = prepare_runs(specs, out)
-    trainer = open_trainer(run_dir)
-    next(trainer)
-    del trainer
-    gc.collect()
+    specs = grid(["ppo"], ["CartPole-v1"], [5], **{**LONGER, "keep_last": 10})
+    run_dir = out / specs[0].run_id
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in {**LONGER, "keep_last": 10}.items()]
+    argv = ["sweep", "--algo", "ppo", "--env", "CartPole-v1", "--seeds", "5", "--out"]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "epochtrain", *argv, os.fspath(out), "--backend", "ray", *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:  # kill -9 the driver (its own local Ray goes with it) once epoch 2 is saved
+        deadline = time.monotonic() + 240
+        while not (run_dir / "checkpoints" / "epoch_000002").is_dir():
+            assert driver.poll() is None, "the sweep ended before its driver could be killed"
+            assert time.monotonic() < deadline, "no checkpoint of epoch 2 within 240 s"
+            time.sleep(0.02)
+    finally:
+        driver.kill()
+        driver.wait()
     assert not (run_dir / "result.json").exists()
+    saved = {p: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").glob("epoch_000001/*")}
+    assert saved
+
     run_experiment(specs, out, backend="ray", show_progress=False)
     run_experiment(specs, tmp_path / "lockstep", show_progress=False)
     assert results(out) == results(tmp_path / "lockstep")
+    # epoch 1 was not run again: its checkpoint is the one the killed driver wrote
+    assert {p: p.stat().st_mtime_ns for p in saved} == saved
 
 
 # ----------------------------------------------------------------------- trainable

@@ -321,6 +321,27 @@ def connect(address: str | None) -> Iterator[None]:
         ray.shutdown()
 
 
+_QUIET_TUNE = {
+    # the old console reporter honours verbose=0; the new one prints its configuration table
+    "RAY_AIR_NEW_OUTPUT": "0",
+    # one Tune checkpoint per epoch is the design (num_to_keep=1), not a bottleneck to warn of
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+}
+
+
+@contextlib.contextmanager
+def _quiet_tune() -> Iterator[None]:
+    """Keep Tune's console tables and snapshot warnings out of a sweep's output for the
+    block (the runner prints its own progress); a variable the user set is left alone."""
+    added = [name for name in _QUIET_TUNE if name not in os.environ]
+    os.environ.update({name: _QUIET_TUNE[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 def _unreachable(address: str | None, why: str) -> str:
     return (
         f"cannot connect to a Ray cluster at address={address!r} ({why}): start one with "
@@ -414,7 +435,8 @@ def run_trials(
                 verbose=0,
             ),
         )
-        grid = tuner.fit()
+        with _quiet_tune():
+            grid = tuner.fit()
     for index in range(len(grid)):
         result = grid[index]
         config = result.config or {}
