@@ -103,6 +103,10 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         which wins over the config's schedule while it is not ``None``; set it in
         ``train_fn``/``test_fn`` (it holds for that phase) and set ``None`` to hand control
         back to the schedule. Policies without a tunable exploration ignore it."""
+        self.act_generator: torch.Generator | None = None
+        """Where :meth:`act`'s exploration draws its random numbers (``None``: the global
+        torch generator). An asynchronous collector's actor copy gets its own, so acting
+        in a thread never draws from the stream the learner uses."""
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.optimizer_hooks: list[OptimizerHook] = []
         """Called by :meth:`optimize` between ``backward`` and ``step`` (e.g. GradClip)."""

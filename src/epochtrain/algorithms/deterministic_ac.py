@@ -129,7 +129,10 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         u = self.pi(self.preprocess_obs(obs))
         noise = self.exploration_noise if self.exploration is None else self.exploration
         if (not deterministic or self.exploration is not None) and noise > 0:
-            u = (u + noise * torch.randn_like(u)).clamp(-1.0, 1.0)
+            draw = torch.randn(
+                u.shape, dtype=u.dtype, device=u.device, generator=self.act_generator
+            )
+            u = (u + noise * draw).clamp(-1.0, 1.0)
         return self.to_env_action(u), {}
 
     # ---------------------------------------------------------------- learning

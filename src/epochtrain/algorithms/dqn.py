@@ -215,8 +215,9 @@ class DQN(Policy[DQNTrainingStats]):
         epsilon = self.epsilon
         if (not deterministic or self.exploration is not None) and epsilon > 0.0:
             n = actions.shape[0]
-            explore = torch.rand(n, device=q.device) < epsilon
-            random_actions = torch.randint(self.n_actions, (n,), device=q.device)
+            gen = self.act_generator
+            explore = torch.rand(n, device=q.device, generator=gen) < epsilon
+            random_actions = torch.randint(self.n_actions, (n,), device=q.device, generator=gen)
             actions = torch.where(explore, random_actions, actions)
         return actions, {}
 

@@ -186,12 +186,16 @@ class SACBase(Policy[TSACStats], ABC):
         if self.discrete:
             if deterministic:
                 return out.argmax(dim=-1), {}
-            return torch.multinomial(out.softmax(dim=-1), 1).squeeze(-1), {}
+            probs = out.softmax(dim=-1)
+            return torch.multinomial(probs, 1, generator=self.act_generator).squeeze(-1), {}
         if deterministic:
             return self.scale(torch.tanh(out[:, : self.act_dim])), {}
         # the same draw as _squashed_sample, without the log-probability acting never uses
         mean, log_std = out.chunk(2, dim=-1)
-        noise = torch.randn_like(mean)
+        # randn_like's draw, from act_generator when one is set
+        noise = torch.randn(
+            mean.shape, dtype=mean.dtype, device=mean.device, generator=self.act_generator
+        )
         u = mean + log_std.clamp(_LOG_STD_MIN, _LOG_STD_MAX).exp() * noise
         return self.scale(torch.tanh(u)), {}
 

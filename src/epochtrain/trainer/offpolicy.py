@@ -3,15 +3,24 @@
 Update step: ``round(update_per_step * n_collected_steps)`` gradient steps, each on a
 minibatch of ``batch_size`` sampled uniformly from the buffer. The returned stats cover
 all of those gradient steps (mean, std, min, max), not just the last one.
+
+With ``async_collection=True`` the next collect step runs in a worker thread while an
+update step's gradient steps run (:mod:`epochtrain.trainer.async_collection`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from torch import Tensor
 
 from epochtrain.algorithms.base import TrainerKind
+from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.collector import Collector
 from epochtrain.stats import CollectStats, TTrainingStats
+from epochtrain.trainer import async_collection as ac
 from epochtrain.trainer.online import OnlineTrainer
 from epochtrain.trainer.params import OffpolicyParams, TrainerParams
 
@@ -24,12 +33,37 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
 
     ``update_per_step``: gradient steps per collected env step (> 0);
     ``batch_size``: transitions per minibatch; ``warmup_steps``: env steps collected with
-    random actions before the first epoch (counted in ``env_step``).
+    random actions before the first epoch (counted in ``env_step``);
+    ``async_collection``: overlap the next collect step with the gradient steps.
     """
 
     kind: ClassVar[TrainerKind] = "offpolicy"
     params: OffpolicyParams
     params_cls: ClassVar[type[TrainerParams]] = OffpolicyParams
+
+    def _attach(self, train_collector: Collector | None, buffer: ReplayBuffer | None) -> None:
+        super()._attach(train_collector, buffer)
+        self.async_collection: ac.AsyncCollection | None = None
+        """The asynchronous-collection machinery (None unless ``async_collection``)."""
+        if self.params.async_collection:
+            self.async_collection = ac.AsyncCollection(self.policy, self.train_collector)
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        if self.async_collection is not None:
+            self._actor_rng_state: Tensor = ac.initial_actor_rng_state(
+                self.params.seed, self.policy.device
+            )
+            self._collected_ahead: CollectStats | None = None
+            self._epoch_start_env_step = 0
+            self.async_overlap_time = 0.0
+            """Seconds of training collection that ran while gradient steps ran, in total
+            (``async_collection`` only)."""
+
+    def _training_step(self) -> int:
+        if self.async_collection is None:
+            return super()._training_step()
+        return ac.async_training_step(self)
 
     def _start(self) -> None:
         super()._start()
@@ -52,3 +86,23 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         for _ in range(round(self.params.update_per_step * collect_stats.n_collected_steps)):
             self._learn_sampled(buffer, self.params.batch_size)
         return self._finish_update(time.perf_counter() - start)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The online trainer's state, plus the actor's random stream when collecting
+        asynchronously."""
+        state = super().state_dict()
+        if self.async_collection is not None:
+            state["async_collection"] = ac.save_async_state(self)
+        return state
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The online trainer's checks, plus the ``async_collection`` entry if collecting
+        asynchronously."""
+        super().check_state_dict(state)
+        if self.async_collection is not None:
+            ac.check_async_state(self, state)
+
+    def _load_parts(self, state: Mapping[str, Any]) -> None:
+        super()._load_parts(state)
+        if self.async_collection is not None:
+            ac.load_async_state(self, state)

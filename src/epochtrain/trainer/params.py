@@ -118,6 +118,10 @@ class OffpolicyParams(OnlineParams):
     """Transitions per sampled minibatch."""
     warmup_steps: int = param(0, ge=0)
     """Env steps collected with random actions before the first epoch."""
+    async_collection: bool = False
+    """Collect the next collect step in a background thread while the gradient steps run:
+    it acts with weights one update step old and its own random stream (reproducible
+    given the seed; docs/async-collection.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)

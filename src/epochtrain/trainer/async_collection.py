@@ -1,0 +1,444 @@
+"""Asynchronous collection: the off-policy trainer's next collect step runs in a worker
+thread while the current update step's gradient steps run (``async_collection=True``).
+
+Contract (``docs/async-collection.md``), for an epoch of N collect steps:
+
+* Collect 1 runs first, in the main thread. At training step k the buffer holds the data
+  of collects 1..k; the actor copy receives the learner's weights (those after update
+  k-1), collect k+1 starts in the worker thread on it, update k's gradient steps run in
+  the main thread on the buffer (data up to collect k), then the thread is joined and
+  collect k+1's rows are added to the buffer, counted, logged and checked (``on_nonfinite``,
+  env errors, ``test_in_train``) in the main thread. The last training step of an epoch
+  starts no collect: nothing is in flight between epochs, so tests, checkpoints and
+  resumes work as in synchronous training.
+* Every training collect acts with the actor copy (a copy of the policy without
+  optimizers, acting in inference mode) whose exploration draws from its own generator
+  (``Policy.act_generator``), seeded from the run's seed and saved in checkpoints; the
+  learner keeps the trainer's torch stream. Runs are reproducible given their seed; they
+  differ from synchronous runs of the same settings (weights one update step older, another
+  random stream for exploration).
+* The worker never writes to the replay buffer the learner samples from: it records the
+  rows its collect writes (:class:`StagedRows`) and the main thread adds them in time
+  order, so n-step returns, episode ends and new priorities are those of synchronous
+  collection.
+
+Python envs hold the GIL while they step; torch releases it inside its kernels, so the
+overlap is partial (``train/overlap_time`` logs it per collect step).
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import queue
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.batch import Obs
+from epochtrain.data.buffer import ObsArray, ReplayBuffer
+from epochtrain.data.collector import Collector
+from epochtrain.errors import EnvError, NonFiniteError
+from epochtrain.stats import CollectStats
+from epochtrain.trainer.safety import on_nonfinite, with_run_context
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.offpolicy import OffpolicyTrainer
+
+__all__ = [
+    "AsyncCollection",
+    "StagedRows",
+    "async_training_step",
+    "check_async_state",
+    "initial_actor_rng_state",
+    "load_async_state",
+    "save_async_state",
+]
+
+_STREAM = 0x61637431  # tells the actor's stream apart from the other streams of a seed
+_GRACE_SECONDS = 10.0  # Ctrl-C during a join: how long the collect in flight may finish
+
+
+class StagedRows(ReplayBuffer):
+    """Stands in for the replay buffer while a collect step runs in the worker thread:
+    :meth:`add` records its arguments (small arrays copied), :meth:`replay_into` adds them
+    to the real buffer in order, in the main thread. Stores nothing else."""
+
+    def __init__(self, num_envs: int) -> None:
+        super().__init__(num_envs, num_envs)
+        self.staged: list[tuple[Any, ...]] = []
+        """The recorded ``add`` calls, oldest first."""
+
+    def add(
+        self,
+        obs: ObsArray,
+        act: np.ndarray,
+        rew: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        obs_next: ObsArray,
+        extras: dict[str, np.ndarray] | None = None,
+        valid: np.ndarray | None = None,
+    ) -> None:
+        """Record one row; observations are kept as given (the collector never reuses
+        them), the other arrays are copied."""
+        self.staged.append(
+            (
+                obs,
+                np.array(act),
+                np.array(rew),
+                np.array(terminated),
+                np.array(truncated),
+                obs_next,
+                None if extras is None else {k: np.array(v) for k, v in extras.items()},
+                None if valid is None else np.array(valid),
+            )
+        )
+
+    def replay_into(self, buffer: ReplayBuffer) -> None:
+        """``buffer.add`` every recorded row, oldest first, then forget them."""
+        for row in self.staged:
+            buffer.add(*row)
+        self.staged.clear()
+
+
+@dataclass
+class _Outcome:
+    """What a collect step in the worker produced: its stats or its exception."""
+
+    stat: CollectStats | None
+    error: BaseException | None
+    start: float
+    end: float
+
+
+def _serve(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    """The worker thread: run jobs until ``None`` arrives (holds no worker reference)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        job()
+        del job  # nothing of a finished job stays alive while the thread waits
+
+
+def _as_tensor(obs: Any) -> Obs:
+    if isinstance(obs, dict):
+        return {k: _as_tensor(v) for k, v in obs.items()}
+    return torch.as_tensor(np.asarray(obs))
+
+
+def _global_streams(
+    device: torch.device,
+) -> tuple[tuple[Any, ...], dict[str, Any], Tensor, Tensor | None]:
+    """The states of python's, numpy's and torch's global generators (and CUDA's)."""
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return random.getstate(), np.random.get_state(legacy=False), torch.get_rng_state(), cuda
+
+
+def _check_act_uses_generator(actor: Policy[Any]) -> None:
+    """Act once on a sampled batch; raise if that drew from a global random stream.
+
+    Acting in the worker thread must not draw from the streams the learner uses (the runs
+    would not be reproducible), so ``act`` must draw from ``actor.act_generator``.
+    """
+    space = copy.deepcopy(gym.vector.utils.batch_space(actor.observation_space, 2))
+    space.seed(0)  # a copy: the policy's own space and its random state are untouched
+    obs = actor.to_tensor(_as_tensor(space.sample()))
+    before = _global_streams(actor.device)
+    try:
+        with torch.inference_mode():
+            actor.act(obs, False)
+        after = _global_streams(actor.device)
+    except Exception as exc:
+        raise ValueError(
+            f"async_collection=True acts once with {type(actor).__name__} on a sample of its "
+            f"observation space to check where act draws its random numbers, and act raised "
+            f"{type(exc).__name__}: {exc}; set async_collection=False for this policy"
+        ) from exc
+    finally:
+        random.setstate(before[0])
+        np.random.set_state(before[1])
+        torch.set_rng_state(before[2])
+        if before[3] is not None:
+            torch.cuda.set_rng_state(before[3], actor.device)
+    torch_drew = not all(
+        x is y or (x is not None and y is not None and torch.equal(x, y))
+        for x, y in zip(after[2:], before[2:], strict=True)
+    )
+    numpy_drew = pickle.dumps(after[1]) != pickle.dumps(before[1])
+    if torch_drew or numpy_drew or after[0] != before[0]:
+        raise ValueError(
+            f"async_collection=True needs a policy whose act draws its exploration from "
+            f"policy.act_generator, but {type(actor).__name__}.act drew from a global random "
+            "stream (torch, numpy or python), which the learner uses at the same time: pass "
+            "generator=self.act_generator to its torch.rand/randn/multinomial calls, or set "
+            "async_collection=False"
+        )
+
+
+def initial_actor_rng_state(seed: int, device: torch.device) -> Tensor:
+    """The state of the actor copy's generator at the start of a run seeded ``seed``."""
+    derived = np.random.SeedSequence([seed, _STREAM]).generate_state(1, dtype=np.uint64)[0]
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(derived))
+    return generator.get_state()
+
+
+class AsyncCollection:
+    """The machinery of asynchronous collection for one trainer.
+
+    ``actor``: a copy of ``policy`` without optimizers or optimizer hooks and without
+    gradients, with its own ``act_generator``; ``shadow``: a collector over the training
+    envs that acts with it and writes to :class:`StagedRows`; one daemon worker thread.
+    Built when the trainer is, before any work; the checks raise ``ValueError``.
+    """
+
+    def __init__(self, policy: Policy[Any], collector: Collector) -> None:
+        memo: dict[int, Any] = {id(policy.optimizers): {}, id(policy.optimizer_hooks): []}
+        self.actor: Policy[Any] = copy.deepcopy(policy, memo)
+        self.actor.requires_grad_(False)
+        self.generator = torch.Generator(device=policy.device)
+        self.actor.act_generator = self.generator
+        _check_act_uses_generator(self.actor)
+        targets = {id(t) for _, target in policy.target_pairs() for t in _tensors(target)}
+        own = dict(_named_tensors(policy))
+        names = [name for name, t in own.items() if id(t) not in targets]
+        copies = dict(_named_tensors(self.actor))
+        self._src = [own[name] for name in names]
+        self._dst = [copies[name] for name in names]
+        self.staged = StagedRows(collector.num_envs)
+        self.shadow = Collector(
+            self.actor, collector.env, self.staged, exploration=collector.exploration
+        )
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._outcome: _Outcome | None = None
+        weakref.finalize(self, self._jobs.put, None)  # the thread ends with this object
+
+    def start(
+        self,
+        policy: Policy[Any],
+        collector: Collector,
+        *,
+        env_step: int,
+        rng_state: Tensor,
+        n_step: int | None,
+        n_episode: int | None,
+        background: bool,
+    ) -> None:
+        """Sync the actor copy with ``policy`` (weights, exploration, progress ``env_step``)
+        and the shadow collector with ``collector``'s episodes, then run one collect step:
+        in the worker thread (``background``) or now in this thread."""
+        with torch.no_grad():
+            torch._foreach_copy_(self._dst, self._src)
+        actor = self.actor
+        actor.exploration = policy.exploration
+        actor.set_progress(env_step)
+        if actor.training != policy.training:
+            actor.train(policy.training)
+        self.generator.set_state(rng_state)
+        self.shadow.obs_transform = collector.obs_transform
+        self.shadow.load_state_dict(collector.state_dict())
+        self.staged.staged.clear()
+        self._done.clear()
+        self._outcome = None
+
+        def job() -> None:
+            start = time.perf_counter()
+            try:
+                stat = self.shadow.collect(n_step, n_episode)
+            except BaseException as exc:  # handed to the main thread at join
+                self._outcome = _Outcome(None, exc, start, time.perf_counter())
+            else:
+                self._outcome = _Outcome(stat, None, start, time.perf_counter())
+            finally:
+                self._done.set()
+
+        if not background:
+            job()
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=_serve, args=(self._jobs,), name="epochtrain-collect", daemon=True
+            )
+            self._thread.start()
+        self._jobs.put(job)
+
+    def join(self) -> _Outcome:
+        """Wait for the collect step started last; its stats or exception."""
+        try:
+            self._done.wait()
+        except KeyboardInterrupt:
+            # the trainer rolls its envs back next: let the collect in flight finish first
+            self._done.wait(timeout=_GRACE_SECONDS)
+            raise
+        assert self._outcome is not None
+        return self._outcome
+
+    def land(self, collector: Collector, *, keep_rows: bool = True) -> None:
+        """Add the staged rows to ``collector.buffer`` (``keep_rows``) and hand the
+        in-flight episodes back to ``collector`` (main thread, after :meth:`join`)."""
+        if keep_rows:
+            assert collector.buffer is not None
+            self.staged.replay_into(collector.buffer)
+            collector.last_collect_rows = self.shadow.last_collect_rows
+        self.staged.staged.clear()
+        collector.load_state_dict(self.shadow.state_dict())
+
+
+def _named_tensors(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
+    return [*module.named_parameters(), *module.named_buffers()]
+
+
+def _tensors(module: torch.nn.Module) -> list[Tensor]:
+    return [t for _, t in _named_tensors(module)]
+
+
+# --------------------------------------------------------------- the training step
+def async_training_step(trainer: OffpolicyTrainer[Any]) -> int:
+    """One training step with asynchronous collection; returns the env steps of the
+    collect step whose data its update step learned from (see the module docstring)."""
+    runner = trainer.async_collection
+    assert runner is not None
+    stat = trainer._collected_ahead
+    trainer._collected_ahead = None
+    if stat is None:  # the epoch's first training step: its collect runs now
+        trainer._epoch_start_env_step = trainer.state.env_step
+        _start(trainer, background=False)
+        stat = _record(trainer, runner.join(), overlap=0.0)
+        if stat is None or _test_in_train_stopped(trainer, stat):
+            return 0 if stat is None else stat.n_collected_steps
+    progress = trainer.state.env_step - trainer._epoch_start_env_step
+    launch = progress < trainer.params.step_per_epoch and not trainer.finished
+    if launch:
+        _start(trainer, background=True)
+    update_start = time.perf_counter()
+    try:
+        trainer._update(stat)
+    except BaseException:
+        if launch:  # the rows are dropped; the collector keeps up with its envs
+            runner.join()
+            runner.land(trainer.train_collector, keep_rows=False)
+        raise
+    update_end = time.perf_counter()
+    if launch:
+        outcome = runner.join()
+        overlap = min(outcome.end, update_end) - max(outcome.start, update_start)
+        ahead = _record(trainer, outcome, overlap=max(0.0, overlap))
+        if (
+            ahead is not None
+            and not trainer.finished
+            and not _test_in_train_stopped(trainer, ahead)
+        ):
+            trainer._collected_ahead = ahead
+    return stat.n_collected_steps
+
+
+def _start(trainer: OffpolicyTrainer[Any], *, background: bool) -> None:
+    """``train_fn`` and ``set_progress`` as before a synchronous collect, then start one."""
+    if trainer.train_fn is not None:
+        trainer.train_fn(trainer.state.epoch, trainer.state.env_step)
+    trainer.policy.set_progress(trainer.state.env_step)
+    p = trainer.params
+    runner = trainer.async_collection
+    assert runner is not None
+    runner.start(
+        trainer.policy,
+        trainer.train_collector,
+        env_step=trainer.state.env_step,
+        rng_state=trainer._actor_rng_state,
+        n_step=p.step_per_collect,
+        n_episode=p.episode_per_collect,
+        background=background,
+    )
+
+
+def _record(
+    trainer: OffpolicyTrainer[Any], outcome: _Outcome, overlap: float
+) -> CollectStats | None:
+    """Land a joined collect step and do its bookkeeping as ``OnlineTrainer._collect``
+    does (counters, logging, ``on_nonfinite``, env errors); None when it stopped the run."""
+    runner = trainer.async_collection
+    assert runner is not None
+    runner.land(trainer.train_collector)
+    trainer._actor_rng_state = runner.generator.get_state()
+    state, error = trainer.state, outcome.error
+    if isinstance(error, NonFiniteError):
+        on_nonfinite(trainer, error, f"env step {state.env_step + (error.env_step or 0)}")
+        return None
+    if isinstance(error, EnvError):
+        env_step = state.env_step + (error.env_step or 0)
+        raise with_run_context(trainer, error, env_step) from error.__cause__
+    if error is not None:
+        raise error
+    stat = outcome.stat
+    assert stat is not None
+    state.env_step += stat.n_collected_steps
+    state.train_episode += stat.n_collected_episodes
+    state.collect_time += stat.collect_time
+    trainer._epoch_collects.append(stat)
+    trainer.async_overlap_time += overlap
+    logger = trainer.logger
+    logger.log_train_data(stat, state.env_step)
+    if logger.last_logged_step("train") == state.env_step:
+        utd = state.gradient_step / max(state.env_step, 1)
+        logger.log_data(
+            "train", state.env_step, {"train/utd_ratio": utd, "train/overlap_time": overlap}
+        )
+    return stat
+
+
+def _test_in_train_stopped(trainer: OffpolicyTrainer[Any], stat: CollectStats) -> bool:
+    """The ``test_in_train`` test after a collect step; True when ``stop_fn`` ended the run."""
+    if trainer._should_test_in_train(stat.returns):
+        trainer._test_step()
+        if trainer._stop_fn_fired():
+            trainer._finish("stop_fn")
+            return True
+    return False
+
+
+# --------------------------------------------------------------------- checkpoints
+def save_async_state(trainer: OffpolicyTrainer[Any]) -> dict[str, Any]:
+    """The trainer state's ``async_collection`` entry: the actor's generator state and the
+    overlap time so far."""
+    return {"actor_rng": trainer._actor_rng_state, "overlap_time": trainer.async_overlap_time}
+
+
+def check_async_state(trainer: OffpolicyTrainer[Any], state: Any) -> None:
+    """Raise ``ValueError`` unless :func:`load_async_state` can restore ``state``."""
+    entry = state.get("async_collection")
+    if not isinstance(entry, dict):
+        raise ValueError(
+            "the trainer state lacks the entry 'async_collection' (the actor's random "
+            "stream): it was saved by a run with async_collection=False; resume it with "
+            "async_collection=False"
+        )
+    rng = entry.get("actor_rng")
+    own = trainer._actor_rng_state
+    if not isinstance(rng, Tensor) or rng.dtype != own.dtype or rng.shape != own.shape:
+        raise ValueError(
+            f"the trainer state's async_collection.actor_rng is not a generator state "
+            f"({own.dtype}, {tuple(own.shape)}) of this device"
+        )
+    if not isinstance(entry.get("overlap_time"), float):
+        raise ValueError("the trainer state's async_collection.overlap_time is not a float")
+
+
+def load_async_state(trainer: OffpolicyTrainer[Any], state: Any) -> None:
+    """Restore :func:`save_async_state`'s entry (checked by :func:`check_async_state`)."""
+    entry = state["async_collection"]
+    trainer._actor_rng_state = entry["actor_rng"].clone()
+    trainer.async_overlap_time = float(entry["overlap_time"])
