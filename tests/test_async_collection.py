@@ -7,6 +7,7 @@ thread, Ctrl-C during an update, and the checks made before any work.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -189,7 +190,7 @@ def test_collect_k_plus_1_acts_with_the_weights_after_update_k_minus_1() -> None
     ],
 )
 def test_the_buffer_and_counters_match_a_synchronous_run_and_the_utd_ratio_is_logged(
-    mode: AutoresetMode, collect: dict[str, int | None]
+    mode: AutoresetMode, collect: dict[str, Any]
 ) -> None:
     runs = {}
     for async_collection in (False, True):
@@ -301,7 +302,7 @@ def test_a_policy_exploring_with_a_global_generator_is_refused_before_any_work(
 ) -> None:
     envs = cartpole(1, AutoresetMode.SAME_STEP)
     policy = policy_cls(envs.single_observation_space, envs.single_action_space, hidden=(8,))
-    streams = (torch.get_rng_state(), np.random.get_state()[1].copy())
+    streams = (torch.get_rng_state(), np.random.get_state(legacy=False)["state"]["key"].copy())
     with pytest.raises(ValueError, match=r"async_collection=True needs .*act_generator") as info:
         OffpolicyTrainer(
             policy=policy,
@@ -310,7 +311,7 @@ def test_a_policy_exploring_with_a_global_generator_is_refused_before_any_work(
         )
     assert "async_collection=False" in str(info.value)
     assert torch.equal(torch.get_rng_state(), streams[0])  # the check restores them
-    assert np.array_equal(np.random.get_state()[1], streams[1])
+    assert np.array_equal(np.random.get_state(legacy=False)["state"]["key"], streams[1])
 
 
 # ------------------------------------------------------------------ act_generator
@@ -334,3 +335,10 @@ def test_act_draws_from_act_generator_exactly_as_from_the_global_generator(index
     own_draw, _ = policy.act(obs)
     assert torch.equal(global_draw, own_draw)
     assert torch.equal(torch.get_rng_state(), before)  # nothing drawn from the global one
+
+
+def test_the_docs_python_block_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    page = Path(__file__).resolve().parents[1] / "docs" / "async-collection.md"
+    (block,) = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
+    exec(compile(block, str(page), "exec"), {})
+    assert "s of collection overlapped updates" in capsys.readouterr().out
