@@ -106,6 +106,11 @@ def test_a_run_resumed_after_epoch_1_continues_as_the_uninterrupted_run(
     assert weights_equal(resumed.policy, full.policy)
 
 
+def test_only_asynchronous_runs_name_the_setting_so_older_checkpoints_still_resume() -> None:
+    assert "async_collection" not in dqn(async_collection=False).resume_settings()["trainer"]
+    assert dqn().resume_settings()["trainer"]["async_collection"] is True
+
+
 def test_a_checkpoint_of_a_synchronous_run_is_refused_by_an_asynchronous_trainer() -> None:
     state = dqn(async_collection=False).state_dict()
     with pytest.raises(ValueError, match="async_collection=False"):

@@ -56,9 +56,9 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
             )
             self._collected_ahead: CollectStats | None = None
             self._epoch_start_env_step = 0
-            self.async_overlap_time = 0.0
-            """Seconds of training collection that ran while gradient steps ran, in total
-            (``async_collection`` only)."""
+        self.async_overlap_time = 0.0
+        """Seconds of training collection that ran while gradient steps ran, in total
+        (0 unless ``async_collection``)."""
 
     def _training_step(self) -> int:
         if self.async_collection is None:
@@ -86,6 +86,15 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         for _ in range(round(self.params.update_per_step * collect_stats.n_collected_steps)):
             self._learn_sampled(buffer, self.params.batch_size)
         return self._finish_update(time.perf_counter() - start)
+
+    def resume_settings(self) -> dict[str, Any]:
+        """The base settings, with ``trainer.async_collection`` only when it is True:
+        checkpoints written before the setting existed (all synchronous) still resume."""
+        settings = super().resume_settings()
+        trainer = settings.get("trainer")
+        if isinstance(trainer, Mapping) and not trainer.get("async_collection", False):
+            settings["trainer"] = {k: v for k, v in trainer.items() if k != "async_collection"}
+        return settings
 
     def state_dict(self) -> dict[str, Any]:
         """The online trainer's state, plus the actor's random stream when collecting
