@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from epochtrain import BC, DQN, PPO, Collector, ReplayBuffer
+from epochtrain import BC, DQN, PPO, Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.trainer import OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
 
@@ -83,7 +83,9 @@ def cartpole(n: int) -> gym.vector.VectorEnv[Any, Any, Any]:
 def dqn_trainer(
     train_envs: gym.vector.VectorEnv[Any, Any, Any] | None = None, **params: Any
 ) -> OffpolicyTrainer[Any]:
-    """A small DQN trainer on CartPole (or on ``train_envs``)."""
+    """A small DQN trainer on CartPole (or on ``train_envs``); ``prioritized=True`` gives it
+    a prioritized replay buffer."""
+    prioritized = bool(params.pop("prioritized", False))
     envs = train_envs if train_envs is not None else cartpole(2)
     test_envs = cartpole(2) if train_envs is None else faulty_vec(2, -1, "raise", 1)
     torch.manual_seed(0)
@@ -94,10 +96,11 @@ def dqn_trainer(
     )  # fmt: skip
     logger = params.pop("logger", None)
     settings.update(params)
+    buffer_cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
     return OffpolicyTrainer(
         policy=policy,
         params=OffpolicyParams(**settings),
-        train_collector=Collector(policy, envs, ReplayBuffer(1000, envs.num_envs)),
+        train_collector=Collector(policy, envs, buffer_cls(1000, envs.num_envs)),
         test_collector=Collector(policy, test_envs, exploration=False),
         logger=logger,
     )

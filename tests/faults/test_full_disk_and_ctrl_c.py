@@ -99,11 +99,13 @@ def test_a_file_size_limit_fails_the_save_with_a_checkpoint_error_and_keeps_the_
     assert read_manifest(path)["epoch"] == 1
 
 
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
 def test_ctrl_c_inside_an_epoch_leaves_the_last_complete_epoch_and_save_works(
-    tmp_path: Path,
+    tmp_path: Path, prioritized: bool
 ) -> None:
-    full = [comparable(s) for s in dqn_trainer()]
-    trainer = dqn_trainer()
+    # prioritized: the epoch's priority updates of older rows are undone as well
+    full = [comparable(s) for s in dqn_trainer(prioritized=prioritized)]
+    trainer = dqn_trainer(prioritized=prioritized)
     next(trainer)
     collect, calls = trainer.train_collector.collect, [0]
 
@@ -122,7 +124,7 @@ def test_ctrl_c_inside_an_epoch_leaves_the_last_complete_epoch_and_save_works(
     setattr(trainer.train_collector, "collect", collect)  # noqa: B010
     # the rolled-back trainer continues exactly as the uninterrupted run
     assert [comparable(s) for s in trainer] == full[1:]
-    resumed = dqn_trainer(resume_from=str(path))
+    resumed = dqn_trainer(prioritized=prioritized, resume_from=str(path))
     assert [comparable(s) for s in resumed] == full[1:]
 
 

@@ -510,3 +510,5 @@ class BufferMark:
     rows_written: int
     clears: int
     row_invalid: list[int]
+    extra: dict[str, Any] | None = None
+    """What a subclass keeps beside the rows and restores on rewind (e.g. priorities)."""

@@ -19,6 +19,7 @@ operation is numpy over the batch, one pass per tree level: O(batch * log capaci
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor
 
 from epochtrain.data.batch import Batch
-from epochtrain.data.buffer import ObsArray, ReplayBuffer
+from epochtrain.data.buffer import BufferMark, ObsArray, ReplayBuffer
 
 __all__ = ["PrioritizedReplayBuffer", "SumTree"]
 
@@ -254,6 +255,27 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             "leaves": torch.from_numpy(self.tree.leaves[: self._size * self.num_envs].copy()),
         }
         return state
+
+    def mark(self) -> BufferMark:
+        """The write position plus a copy of the priorities (O(capacity)), so a rewind also
+        undoes the priority updates and the ``beta`` progress made since."""
+        self._flush()  # nothing pending: no read happens before the next one anyway
+        extra = {
+            "nodes": self.tree.nodes.copy(),
+            "max_priority": self.max_priority,
+            "n_added": self.n_added,
+        }
+        return dataclasses.replace(super().mark(), extra=extra)
+
+    def rewind(self, mark: BufferMark) -> None:
+        """Forget the rows written since ``mark`` and restore the priorities, the largest
+        priority and ``beta``'s progress of that moment."""
+        if mark.extra is not None:
+            self.tree.nodes[:] = mark.extra["nodes"]
+            self.max_priority = float(mark.extra["max_priority"])
+            self.n_added = int(mark.extra["n_added"])
+            self._pending = []
+        super().rewind(mark)
 
     def _forget_rows(self, rows: list[int]) -> None:
         """Rewound rows are never sampled again: their priorities become 0."""
