@@ -50,7 +50,6 @@ from epochtrain.data.buffer import ObsArray, ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats
-from epochtrain.trainer.safety import on_nonfinite, with_run_context
 
 if TYPE_CHECKING:
     from epochtrain.trainer.offpolicy import OffpolicyTrainer
@@ -374,24 +373,17 @@ def _record(
     assert runner is not None
     runner.land(trainer.train_collector)
     trainer._actor_rng_state = runner.generator.get_state()
-    state, error = trainer.state, outcome.error
-    if isinstance(error, NonFiniteError):
-        on_nonfinite(trainer, error, f"env step {state.env_step + (error.env_step or 0)}")
+    error = outcome.error
+    if isinstance(error, NonFiniteError | EnvError):
+        trainer._collect_failed(error)
         return None
-    if isinstance(error, EnvError):
-        env_step = state.env_step + (error.env_step or 0)
-        raise with_run_context(trainer, error, env_step) from error.__cause__
     if error is not None:
         raise error
     stat = outcome.stat
     assert stat is not None
-    state.env_step += stat.n_collected_steps
-    state.train_episode += stat.n_collected_episodes
-    state.collect_time += stat.collect_time
-    trainer._epoch_collects.append(stat)
+    trainer._count_collect(stat)
     trainer.async_overlap_time += overlap
-    logger = trainer.logger
-    logger.log_train_data(stat, state.env_step)
+    state, logger = trainer.state, trainer.logger
     if logger.last_logged_step("train") == state.env_step:
         utd = state.gradient_step / max(state.env_step, 1)
         logger.log_data(

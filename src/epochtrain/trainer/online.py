@@ -89,19 +89,28 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         """
         try:
             stat = self.train_collector.collect(**kwargs)
-        except NonFiniteError as exc:
-            on_nonfinite(self, exc, f"env step {self.state.env_step + (exc.env_step or 0)}")
+        except (NonFiniteError, EnvError) as exc:
+            self._collect_failed(exc)
             return 0
-        except EnvError as exc:
-            raise with_run_context(self, exc, self.state.env_step + (exc.env_step or 0)) from (
-                exc.__cause__
-            )
+        self._count_collect(stat)
+        return stat.n_collected_steps
+
+    def _collect_failed(self, exc: NonFiniteError | EnvError) -> None:
+        """Non-finite env data goes to ``on_nonfinite``; an env error is raised again with
+        the run's env step and epoch."""
+        env_step = self.state.env_step + (exc.env_step or 0)
+        if isinstance(exc, NonFiniteError):
+            on_nonfinite(self, exc, f"env step {env_step}")
+            return
+        raise with_run_context(self, exc, env_step) from exc.__cause__
+
+    def _count_collect(self, stat: CollectStats) -> None:
+        """Count a training collect step in the run's state and log it."""
         self.state.env_step += stat.n_collected_steps
         self.state.train_episode += stat.n_collected_episodes
         self.state.collect_time += stat.collect_time
         self._epoch_collects.append(stat)
         self.logger.log_train_data(stat, self.state.env_step)
-        return stat.n_collected_steps
 
     def _training_step(self) -> int:
         if self.train_fn is not None:
