@@ -27,7 +27,7 @@ from epochtrain.data.batch import ActResult, Obs
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.logger import BaseLogger, Scope
 from epochtrain.trainer import BaseTrainer, OffpolicyTrainer
-from epochtrain.trainer.params import OffpolicyParams
+from epochtrain.trainer.params import OffpolicyParams, SettingsMismatchError, compare_settings
 from tests.faults.envs import FaultyEnv, dqn_trainer, faulty_vec
 from tests.trainer.test_base import comparable
 
@@ -106,9 +106,13 @@ def test_a_run_resumed_after_epoch_1_continues_as_the_uninterrupted_run(
     assert weights_equal(resumed.policy, full.policy)
 
 
-def test_only_asynchronous_runs_name_the_setting_so_older_checkpoints_still_resume() -> None:
-    assert "async_collection" not in dqn(async_collection=False).resume_settings()["trainer"]
-    assert dqn().resume_settings()["trainer"]["async_collection"] is True
+def test_a_checkpoint_from_before_the_setting_existed_resumes_while_it_is_off() -> None:
+    sync, asynchronous = dqn(async_collection=False), dqn()
+    older = sync.resume_settings()
+    older["trainer"] = {k: v for k, v in older["trainer"].items() if k != "async_collection"}
+    assert compare_settings(sync.resume_settings(), older, sync.setting_defaults()) == []
+    with pytest.raises(SettingsMismatchError, match=r"trainer\.async_collection"):
+        compare_settings(asynchronous.resume_settings(), older, asynchronous.setting_defaults())
 
 
 def test_a_checkpoint_of_a_synchronous_run_is_refused_by_an_asynchronous_trainer() -> None:

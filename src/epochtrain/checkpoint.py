@@ -452,7 +452,9 @@ def load_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
     if "settings" in manifest:  # older checkpoints did not record them
         from epochtrain.trainer.params import compare_settings
 
-        changed = compare_settings(trainer.resume_settings(), manifest["settings"])
+        changed = compare_settings(
+            trainer.resume_settings(), manifest["settings"], trainer.setting_defaults()
+        )
         if changed:
             warnings.warn(
                 f"resuming {os.fspath(ckpt)!r} with changed settings (allowed: they do not "

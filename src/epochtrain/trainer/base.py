@@ -25,6 +25,7 @@ on entry to ``next()`` and out on exit, so zipped trainers do not disturb each o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -225,6 +226,15 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
             "config": self.policy.config.to_dict(),
             "buffer": {"kind": self._buffer_kind()},
             "env_id": None if env_spec is None else env_spec.id,
+        }
+
+    def setting_defaults(self) -> dict[str, Any]:
+        """The declared defaults of the ``trainer`` and ``config`` settings of
+        :meth:`resume_settings`: a checkpoint written before a setting existed resumes
+        while the setting is at its default."""
+        return {
+            "trainer": _field_defaults(type(self.params)),
+            "config": _field_defaults(type(self.policy.config)),
         }
 
     def _buffer_kind(self) -> str | None:
@@ -592,3 +602,12 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
             )
         line += f" time={self.state.total_time:.1f}s"
         tqdm.write(line)
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    """``{field: default}`` of a dataclass's fields that declare a plain default."""
+    return {
+        f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING
+    }

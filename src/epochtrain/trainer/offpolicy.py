@@ -87,15 +87,6 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
             self._learn_sampled(buffer, self.params.batch_size)
         return self._finish_update(time.perf_counter() - start)
 
-    def resume_settings(self) -> dict[str, Any]:
-        """The base settings, with ``trainer.async_collection`` only when it is True:
-        checkpoints written before the setting existed (all synchronous) still resume."""
-        settings = super().resume_settings()
-        trainer = settings.get("trainer")
-        if isinstance(trainer, Mapping) and not trainer.get("async_collection", False):
-            settings["trainer"] = {k: v for k, v in trainer.items() if k != "async_collection"}
-        return settings
-
     def state_dict(self) -> dict[str, Any]:
         """The online trainer's state, plus the actor's random stream when collecting
         asynchronously."""

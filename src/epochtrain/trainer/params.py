@@ -167,19 +167,25 @@ class SettingsMismatchError(ValueError):
     """A checkpoint's run settings differ from those of the trainer it is loaded into."""
 
 
-def compare_settings(own: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]:
+def compare_settings(
+    own: Mapping[str, Any], saved: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> list[str]:
     """Compare a trainer's :meth:`~BaseTrainer.resume_settings` with a checkpoint's.
 
     Raises :class:`SettingsMismatchError` listing every differing setting that changes
     what the run computes; returns the differing settings that are safe to change (such as
-    ``trainer.max_epoch``), for a warning.
+    ``trainer.max_epoch``), for a warning. A setting the checkpoint lacks (it was written
+    before the setting existed) counts as unchanged while it is at its value in
+    ``defaults`` (same nesting as ``own``; :meth:`~BaseTrainer.setting_defaults`).
     """
-    mine, theirs = _flatten(own), _flatten(saved)
+    mine, theirs, known = _flatten(own), _flatten(saved), _flatten(defaults or {})
     safe = {f"trainer.{name}" for name in SAFE_TO_CHANGE} | SAFE_OUTSIDE_TRAINER
     differing = sorted(
         k
         for k in mine.keys() | theirs.keys()
-        if mine.get(k) != theirs.get(k) and k not in _NOT_WORTH_A_WARNING
+        if mine.get(k) != theirs.get(k)
+        and k not in _NOT_WORTH_A_WARNING
+        and not (k not in theirs and k in known and mine[k] == known[k])
     )
     unsafe = [k for k in differing if k not in safe]
     if unsafe:
