@@ -14,9 +14,11 @@ step of
 The DQN rows are the tuned CartPole setting (3-step returns, dueling head, prioritized
 replay; the minimal update uses the same dueling network, double-Q Huber loss weighted
 by importance weights, on 3-step transitions precomputed once and uniform sampling) and
-plain DQN (1-step, MLP, uniform replay). The two contenders alternate in chunks of
-``--chunk`` steps (A, B, A, B, ...), so the machine's drift hits both alike; a round is
-``--chunks`` pairs, and the ratio epochtrain / minimal is paired per round.
+plain DQN (1-step, MLP, uniform replay). SAC and TD3 learn from 3-step returns, as their
+Pendulum settings do; their minimal updates read 3-step transitions precomputed once. The
+two contenders alternate in chunks of ``--chunk`` steps (A, B, A, B, ...), so the
+machine's drift hits both alike; a round is ``--chunks`` pairs, and the ratio epochtrain /
+minimal is paired per round.
 
 **Collector** (``collect``), per built-in policy: env steps per second of
 ``Collector.collect`` with a ``ReplayBuffer`` (every transition written), the policy
@@ -82,9 +84,11 @@ def make_policy(algo: str, env: gym.vector.VectorEnv[Any, Any, Any]) -> Any:
     if algo == "ppo":
         return PPO(*spaces)
     if algo == "sac":
-        return SAC(*spaces, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3)
+        return SAC(*spaces, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3,
+                   n_step=3)  # fmt: skip
     if algo == "td3":
-        return TD3(*spaces, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, gamma=0.98)
+        return TD3(*spaces, hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, gamma=0.98,
+                   n_step=3)  # fmt: skip
     raise ValueError(algo)
 
 
@@ -163,7 +167,7 @@ def minimal_sac(policy: SAC) -> Callable[[dict[str, Tensor]], None]:
     opt_critic = torch.optim.Adam(critic_params, lr=1e-3, fused=True)
     opt_alpha = torch.optim.Adam([log_alpha], lr=1e-3)
     center, half = policy.action_center, policy.action_half_range
-    target_entropy, gamma, tau = -1.0, 0.99, 0.005
+    target_entropy, tau = -1.0, 0.005
 
     def sample(obs: Tensor) -> tuple[Tensor, Tensor]:
         mean, log_std = actor(obs).chunk(2, -1)
@@ -180,7 +184,7 @@ def minimal_sac(policy: SAC) -> Callable[[dict[str, Tensor]], None]:
         with torch.no_grad():
             a_next, logp_next = sample(obs_next)
             q_next = torch.min(q1t(obs_next, a_next), q2t(obs_next, a_next))
-            y = b["rew"] + gamma * (~b["terminated"]).float() * (q_next - alpha * logp_next)
+            y = b["rew"] + b["discount"] * (q_next - alpha * logp_next)
         act = (b["act"] - center) / half
         loss_q = 0.5 * (F.mse_loss(q1(obs, act), y) + F.mse_loss(q2(obs, act), y))
         opt_critic.zero_grad(set_to_none=True)
@@ -214,7 +218,7 @@ def minimal_td3(policy: TD3) -> Callable[[dict[str, Tensor]], None]:
     opt_actor = torch.optim.Adam(actor_params, lr=1e-3, fused=True)
     opt_critic = torch.optim.Adam(critic_params, lr=1e-3, fused=True)
     center, half = policy.action_center, policy.action_half_range
-    gamma, tau, n = 0.98, 0.005, [0]
+    tau, n = 0.005, [0]
 
     def update(b: dict[str, Tensor]) -> None:
         obs, obs_next = b["obs"], b["obs_next"]
@@ -223,7 +227,7 @@ def minimal_td3(policy: TD3) -> Callable[[dict[str, Tensor]], None]:
             noise = (0.2 * torch.randn_like(a_next)).clamp(-0.5, 0.5)
             a_next = (a_next + noise).clamp(-1.0, 1.0)
             q_next = torch.min(q1t(obs_next, a_next), q2t(obs_next, a_next))
-            y = b["rew"] + gamma * (~b["terminated"]).float() * q_next
+            y = b["rew"] + b["discount"] * q_next
         act = (b["act"].reshape(len(obs), -1) - center) / half
         loss_q = F.mse_loss(q1(obs, act), y) + F.mse_loss(q2(obs, act), y)
         opt_critic.zero_grad(set_to_none=True)
@@ -274,7 +278,7 @@ class GradContenders:
         env.close()
         self.policy, self.buffer = policy, buffer
         # the minimal replay: flat tensors of 20,000 transitions drawn from the same buffer
-        # (3-step and importance-weighted for the tuned DQN), indexed with torch.randint
+        # (3-step, and importance-weighted for the tuned DQN), indexed with torch.randint
         store = policy.process_sample(ReplayBuffer.sample(buffer, 20_000), buffer)
         self.store = flat(store)
         if algo == "dqn":

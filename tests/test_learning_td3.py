@@ -1,6 +1,6 @@
 """Learning checks of the deterministic actor-critic family: DDPG and TD3 online, TD3+BC offline.
 
-TD3 and DDPG with the factory's Pendulum-v1 settings must swing the pendulum up within 7k
+TD3 and DDPG with the factory's Pendulum-v1 settings must swing the pendulum up within 5k
 env steps. TD3+BC learns from a small Pendulum dataset recorded in-test from a scripted
 swing-up controller with heavy Gaussian action noise (a "medium" policy, about -450 per
 episode) and must reach the dataset policy's return and match behaviour cloning.
@@ -25,12 +25,12 @@ def one_thread() -> None:
 
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg"])
-def test_swings_up_pendulum_within_7k_env_steps(algo: str) -> None:
+def test_swings_up_pendulum_within_5k_env_steps(algo: str) -> None:
     trainer = make_trainer(
-        algo, "Pendulum-v1", seed=0, stop_fn=None, max_epoch=6, show_progress=False
+        algo, "Pendulum-v1", seed=0, stop_fn=None, max_epoch=9, show_progress=False
     )
     info = trainer.run()
-    assert info.env_step == 7000  # 1000 warm-up steps and 6 epochs of 1000
+    assert info.env_step == 5000  # 500 warm-up steps and 9 epochs of 500
     last = trainer.last_test_stat
     assert last is not None and last.returns_stat is not None
     assert last.returns_stat.mean >= -400, last.returns_stat

@@ -79,16 +79,45 @@ def soft_update_pairs(pairs: Sequence[tuple[nn.Module, nn.Module]], tau: float) 
     target_bufs: list[Tensor] = []
     online_bufs: list[Tensor] = []
     for online, target in pairs:
-        for t, o in zip(target.parameters(), online.parameters(), strict=True):
-            targets.append(t)
-            onlines.append(o)
-        for tb, ob in zip(target.buffers(), online.buffers(), strict=True):
-            target_bufs.append(tb)
-            online_bufs.append(ob)
+        target_params, target_buffers = _tensors(target)
+        online_params, online_buffers = _tensors(online)
+        if len(target_params) != len(online_params) or len(target_buffers) != len(online_buffers):
+            raise ValueError(
+                f"soft update: the target {type(target).__name__} and the online "
+                f"{type(online).__name__} differ in their parameters or buffers"
+            )
+        targets += target_params
+        onlines += online_params
+        target_bufs += target_buffers
+        online_bufs += online_buffers
     if targets:
         torch._foreach_lerp_(targets, onlines, tau)
     for tb, ob in zip(target_bufs, online_bufs, strict=True):
         tb.copy_(ob)
+
+
+def _tensors(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+    """``module``'s parameters and buffers, each once, in a fixed order.
+
+    The same tensors as ``parameters()`` and ``buffers()``, walked directly: those go
+    through ``named_modules`` with a name per module, a cost paid on every gradient step.
+    """
+    params: list[Tensor] = []
+    buffers: list[Tensor] = []
+    seen: set[int] = set()
+    stack = [module]
+    while stack:
+        m = stack.pop()
+        for p in m._parameters.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        for b in m._buffers.values():
+            if b is not None and id(b) not in seen:
+                seen.add(id(b))
+                buffers.append(b)
+        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+    return params, buffers
 
 
 def box_bounds(space: gym.Space[Any]) -> tuple[Tensor, Tensor]:

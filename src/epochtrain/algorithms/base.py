@@ -25,7 +25,16 @@ from epochtrain.stats import TTrainingStats
 if TYPE_CHECKING:
     from epochtrain.data.buffer import ReplayBuffer
 
-__all__ = ["TRAINER_KINDS", "ActResult", "OptimizerHook", "Policy", "TrainerKind", "resolve_config"]
+__all__ = [
+    "TRAINER_KINDS",
+    "ActResult",
+    "OptimizerHook",
+    "Policy",
+    "TrainerKind",
+    "bootstrap_discount",
+    "n_step_sample",
+    "resolve_config",
+]
 
 TrainerKind = Literal["onpolicy", "offpolicy", "offline"]
 """How a trainer feeds a policy: fresh rollouts, replay samples, or a fixed dataset."""
@@ -55,6 +64,26 @@ def resolve_config(
 
 OptimizerHook = Callable[[str, torch.optim.Optimizer], None]
 """``hook(optimizer_name, optimizer)``: runs after ``backward`` and before ``step``."""
+
+
+def n_step_sample(batch: Batch, buffer: ReplayBuffer, n_step: int, gamma: float) -> Batch:
+    """``batch`` as ``n_step``-step transitions (:meth:`ReplayBuffer.n_step_batch`), or as
+    is when ``n_step == 1``: the ``process_sample`` of every policy with an ``n_step``."""
+    if n_step == 1:
+        return batch
+    return buffer.n_step_batch(batch, n_step, gamma)
+
+
+def bootstrap_discount(batch: Batch, gamma: float, like: Tensor) -> Tensor:
+    """The factor on the bootstrap value of ``obs_next``, in ``like``'s dtype.
+
+    ``batch.discount`` when set (n-step: ``gamma**m``, 0 after a termination), else
+    ``gamma * (1 - terminated)``: only termination cuts the bootstrap; a truncated
+    transition still bootstraps from its true final observation.
+    """
+    if batch.discount is None:
+        return gamma * (~batch.terminated).to(like.dtype)
+    return batch.discount.to(like.dtype)
 
 
 def _check_device(device: str | torch.device) -> torch.device:
@@ -168,11 +197,14 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         """
         opt = self.optimizers[name]
         opt.zero_grad(set_to_none=True)
-        torch.autograd.backward(loss)
+        # only this optimizer's parameters get gradients: a loss through other networks
+        # (an actor's through the critics) computes none for theirs
+        own = [p for group in opt.param_groups for p in group["params"] if p.requires_grad]
+        torch.autograd.backward(loss, inputs=own)
         finite = torch.isfinite(loss.detach()).all()
         if max_grad_norm is not None:
             if params is None:
-                params = [p for group in opt.param_groups for p in group["params"]]
+                params = own
             norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
             finite = finite & torch.isfinite(norm)
         if not bool(finite):

@@ -65,6 +65,10 @@ class DDPGConfig(Config):
     """Std of the Gaussian exploration noise, as a fraction of the action half-range."""
     max_grad_norm: float | None = param(None, gt=0)
     """Clip the gradient norm to this (None: no clipping)."""
+    n_step: int = param(1, ge=1)
+    """Learn from n-step returns (1: one-step targets): the critics' target sums the next
+    n rewards and bootstraps from the n-th next state, with no off-policy correction, as
+    Tianshou's n_step_return_horizon and D4PG."""
 
 
 class DDPG(DeterministicActorCritic[DDPGTrainingStats]):

@@ -33,13 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy, TrainerKind
+from epochtrain.algorithms.base import Policy, TrainerKind, bootstrap_discount, n_step_sample
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update_pairs
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
     from epochtrain.algorithms.ddpg import DDPGConfig
+    from epochtrain.data.buffer import ReplayBuffer
 
 __all__ = ["DeterministicActorCritic"]
 
@@ -76,6 +77,7 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         super().__init__(observation_space, action_space, config, device=device)
         hidden = config.hidden
         self.gamma = config.gamma
+        self.n_step = config.n_step
         self.tau = config.tau
         self.exploration_noise = config.exploration_noise
         self.policy_noise = policy_noise
@@ -164,16 +166,21 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
 
     @torch.no_grad()
     def compute_target(self, batch: Batch, obs_next: Tensor) -> Tensor:
-        """TD target ``r + gamma * (1 - terminated) * min_i Q'_i(s', target_action(s'))``.
+        """TD target ``r + gamma * (1 - terminated) * min_i Q'_i(s', target_action(s'))``
+        (n-step: ``r`` the discounted sum of n rewards, ``s'`` the n-th next state).
 
         Only termination cuts the bootstrap: a truncated transition still bootstraps from
         its true final observation.
         """
         a_next = self.target_action(obs_next)
         q_next = _min_q([q(obs_next, a_next) for q in self.critic_targets])
-        not_terminated = (~batch.terminated).to(q_next.dtype)
-        target: Tensor = batch.rew.to(q_next.dtype) + self.gamma * not_terminated * q_next
+        discount = bootstrap_discount(batch, self.gamma, q_next)
+        target: Tensor = batch.rew.to(q_next.dtype) + discount * q_next
         return target
+
+    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
+        """Turn a sampled minibatch into ``n_step`` transitions (as is when ``n_step=1``)."""
+        return n_step_sample(batch, buffer, self.n_step, self.gamma)
 
     def update_critics(
         self, batch: Batch, obs: Tensor, act: Tensor, obs_next: Tensor

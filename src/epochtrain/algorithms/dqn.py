@@ -33,7 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy, TrainerKind, resolve_config
+from epochtrain.algorithms.base import (
+    Policy,
+    TrainerKind,
+    bootstrap_discount,
+    n_step_sample,
+    resolve_config,
+)
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.data.buffer import ReplayBuffer
@@ -224,9 +230,7 @@ class DQN(Policy[DQNTrainingStats]):
     # ---------------------------------------------------------------- learning
     def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
         """Turn a sampled minibatch into ``n_step`` transitions (as is when ``n_step=1``)."""
-        if self.n_step == 1:
-            return batch
-        return buffer.n_step_batch(batch, self.n_step, self.gamma)
+        return n_step_sample(batch, buffer, self.n_step, self.gamma)
 
     @torch.no_grad()
     def compute_target(self, batch: Batch) -> Tensor:
@@ -245,11 +249,7 @@ class DQN(Policy[DQNTrainingStats]):
         else:
             best = q_next_target.argmax(dim=-1, keepdim=True)
         q_next = q_next_target.gather(-1, best).squeeze(-1)
-        if batch.discount is None:
-            discount = self.gamma * (~batch.terminated).to(q_next.dtype)
-        else:
-            discount = batch.discount.to(q_next.dtype)
-        target: Tensor = batch.rew + discount * q_next
+        target: Tensor = batch.rew + bootstrap_discount(batch, self.gamma, q_next) * q_next
         return target
 
     def learn(self, batch: Batch) -> DQNTrainingStats:

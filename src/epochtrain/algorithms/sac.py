@@ -35,9 +35,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy, TrainerKind, resolve_config
+from epochtrain.algorithms.base import (
+    Policy,
+    TrainerKind,
+    bootstrap_discount,
+    n_step_sample,
+    resolve_config,
+)
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
@@ -101,6 +108,10 @@ class SACConfig(Config):
     Discrete actions)."""
     target_entropy_ratio: float = param(0.98, gt=0, lt=1)
     """Discrete actions: target entropy as a fraction of the maximum entropy log(n)."""
+    n_step: int = param(1, ge=1)
+    """Learn from n-step returns (1: one-step targets): the critics' target sums the next
+    n rewards and bootstraps from the n-th next state, with no off-policy correction, as
+    Tianshou's n_step_return_horizon and D4PG."""
 
 
 class SACBase(Policy[TSACStats], ABC):
@@ -141,7 +152,7 @@ class SACBase(Policy[TSACStats], ABC):
                 ) from exc
         super().__init__(observation_space, action_space, config, device=device)
         self.discrete = discrete
-        self.gamma, self.tau = config.gamma, config.tau
+        self.gamma, self.tau, self.n_step = config.gamma, config.tau, config.n_step
         self.auto_alpha = auto_alpha
         obs_dim = flat_dim(observation_space)
         self.critics: nn.ModuleList
@@ -248,7 +259,8 @@ class SACBase(Policy[TSACStats], ABC):
 
     @torch.no_grad()
     def compute_target(self, batch: Batch) -> Tensor:
-        """Soft TD target ``r + gamma * (1 - terminated) * V(s')``.
+        """Soft TD target ``r + gamma * (1 - terminated) * V(s')`` (n-step: ``r`` the
+        discounted sum of n rewards, ``s'`` the n-th next state, ``gamma**n`` its factor).
 
         ``V(s') = E_{a' ~ pi}[min_i Q_target_i(s', a') - alpha * log pi(a'|s')]``, one
         sampled ``a'`` for Box actions, the exact expectation for Discrete ones. Only
@@ -264,9 +276,12 @@ class SACBase(Policy[TSACStats], ABC):
             act_next, logp_next = self.sample(obs_next)
             q_next = self.min_q(obs_next, act_next, target=True)
             v_next = q_next - alpha * logp_next
-        not_terminated = (~batch.terminated).to(v_next.dtype)
-        target: Tensor = batch.rew + self.gamma * not_terminated * v_next
+        target: Tensor = batch.rew + bootstrap_discount(batch, self.gamma, v_next) * v_next
         return target
+
+    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
+        """Turn a sampled minibatch into ``n_step`` transitions (as is when ``n_step=1``)."""
+        return n_step_sample(batch, buffer, self.n_step, self.gamma)
 
     def critic_td_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Soft TD loss (half the sum of both critics' MSE) and ``Q(s, a)``, ``[2, batch]``."""
@@ -285,7 +300,6 @@ class SACBase(Policy[TSACStats], ABC):
         raises ``alpha`` while the entropy ``H`` is below its target.
         """
         alpha_t = self.log_alpha.detach().exp()
-        self.critics.requires_grad_(False)  # the actor loss differentiates through Q only
         if self.discrete:
             logp = self.action_log_probs(obs)
             probs = logp.exp()
@@ -298,8 +312,7 @@ class SACBase(Policy[TSACStats], ABC):
             q = self.min_q(obs, act)
             loss_actor = (alpha_t * logp_a - q).mean()
             entropy = -logp_a.mean()
-        self.critics.requires_grad_(True)
-        self.optimize("actor", loss_actor)
+        self.optimize("actor", loss_actor)  # gradients for the actor's parameters only
         loss_alpha = 0.0
         if self.auto_alpha:
             alpha_loss = self.log_alpha * (entropy.detach() - self.target_entropy)

@@ -131,10 +131,11 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
         self.obs_stats_ready = True
 
     def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
-        """Compute the dataset's state statistics on the first batch (``normalize_obs``)."""
+        """Compute the dataset's state statistics on the first batch (``normalize_obs``),
+        then make ``n_step`` transitions."""
         if self.normalize_obs and not self.obs_stats_ready:
             self.compute_obs_stats(buffer)
-        return batch
+        return super().process_sample(batch, buffer)
 
     def preprocess_obs(self, obs: Obs) -> Tensor:
         """``(obs - obs_mean) / obs_std`` with ``normalize_obs``, else ``obs`` as is."""

@@ -1,0 +1,52 @@
+"""Polyak updates over target pairs: every parameter and buffer once, structure checked."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from epochtrain.nets import MLP, soft_update, soft_update_pairs
+
+
+class Shared(nn.Module):
+    """Two heads over one shared trunk, plus a running-statistics buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(3, 4)
+        self.heads = nn.ModuleList([nn.Sequential(self.trunk, nn.Linear(4, 1)) for _ in "ab"])
+        self.register_buffer("count", torch.zeros(()))
+
+
+def test_shared_parameters_move_once_and_buffers_are_copied() -> None:
+    torch.manual_seed(0)
+    online = Shared()
+    target = copy.deepcopy(online)
+    with torch.no_grad():
+        for p in online.parameters():
+            p.add_(1.0)
+    online.count.fill_(5.0)
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    soft_update(target, online, 0.25)
+    # the trunk is shared by both heads: moved once (twice would give 0.5625 * before ...)
+    for name, p in online.named_parameters():  # named_parameters lists the trunk once
+        expected = 0.75 * before[name] + 0.25 * p.detach()
+        torch.testing.assert_close(target.get_parameter(name), expected, rtol=0, atol=1e-6)
+    assert target.count.item() == 5.0
+
+
+def test_pairs_of_several_networks_and_tau_one_is_a_copy() -> None:
+    torch.manual_seed(1)
+    nets = [MLP(3, 2, (8,), nn.ReLU) for _ in range(4)]
+    soft_update_pairs([(nets[0], nets[1]), (nets[2], nets[3])], 1.0)
+    for online, target in ((nets[0], nets[1]), (nets[2], nets[3])):
+        for a, b in zip(online.parameters(), target.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_networks_of_different_shapes_are_refused_naming_both() -> None:
+    with pytest.raises(ValueError, match="target MLP and the online Linear differ"):
+        soft_update(MLP(3, 2, (8,), nn.ReLU), nn.Linear(3, 2), 0.5)
