@@ -28,7 +28,7 @@ def run_example(name: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1200,  # a hang guard: the slowest example takes 140 s on a quiet 2-core VM
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]

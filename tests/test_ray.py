@@ -299,7 +299,7 @@ def _run_example(name: str, cwd: Path) -> str:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,  # a hang guard: the PBT example takes 120 s on a quiet 2-core VM
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
