@@ -11,10 +11,11 @@ step of
   and the same optimizer settings (fused Adam, gradient clipping, target updates), fed by
   ``torch.randint`` indexing into flat tensors (CleanRL's replay), no stats read back.
 
-The DQN rows are the tuned CartPole setting (3-step returns, dueling head, prioritized
-replay; the minimal update uses the same dueling network, double-Q Huber loss weighted
-by importance weights, on 3-step transitions precomputed once and uniform sampling) and
-plain DQN (1-step, MLP, uniform replay). SAC and TD3 learn from 3-step returns, as their
+The DQN rows are the tuned CartPole setting (3-step returns, dueling head, uniform replay;
+the minimal update uses the same dueling network and double-Q Huber loss on 3-step
+transitions precomputed once), ``dqn-per``, the same with prioritized replay (the minimal
+update weights its loss by importance weights, on uniform samples), and plain DQN (1-step,
+MLP, uniform replay). SAC and TD3 learn from 3-step returns, as their
 Pendulum settings do; their minimal updates read 3-step transitions precomputed once. The
 two contenders alternate in chunks of ``--chunk`` steps (A, B, A, B, ...), so the
 machine's drift hits both alike; a round is ``--chunks`` pairs, and the ratio epochtrain /
@@ -61,11 +62,12 @@ from torch import Tensor, nn
 from epochtrain.algorithms import DQN, PPO, SAC, TD3
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 
-GRAD_ALGOS = ("dqn", "dqn-plain", "ppo", "sac", "td3")
+GRAD_ALGOS = ("dqn", "dqn-per", "dqn-plain", "ppo", "sac", "td3")
 COLLECT_ALGOS = ("dqn", "ppo", "sac", "td3")
-ENVS = {"dqn": "CartPole-v1", "dqn-plain": "CartPole-v1", "ppo": "CartPole-v1",
+ENVS = {"dqn": "CartPole-v1", "dqn-per": "CartPole-v1", "dqn-plain": "CartPole-v1",
+        "ppo": "CartPole-v1",
         "sac": "Pendulum-v1", "td3": "Pendulum-v1"}  # fmt: skip
-BATCH = {"dqn": 64, "dqn-plain": 64, "ppo": 256, "sac": 256, "td3": 256}
+BATCH = {"dqn": 64, "dqn-per": 64, "dqn-plain": 64, "ppo": 256, "sac": 256, "td3": 256}
 """Minibatch sizes of the tuned settings."""
 
 
@@ -77,7 +79,7 @@ def make_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
 def make_policy(algo: str, env: gym.vector.VectorEnv[Any, Any, Any]) -> Any:
     """The policy with its tuned settings (``presets.py``) for the algorithm's env."""
     spaces = (env.single_observation_space, env.single_action_space)
-    if algo == "dqn":
+    if algo in ("dqn", "dqn-per"):
         return DQN(*spaces, hidden=(64, 64), lr=2.3e-3, n_step=3, dueling=True)
     if algo == "dqn-plain":
         return DQN(*spaces, hidden=(64, 64), lr=2.3e-3, n_step=1, dueling=False)
@@ -102,8 +104,8 @@ def flat(batch: Any) -> dict[str, Tensor]:
 
 
 # ------------------------------------------------------------------- minimal updates
-def minimal_dqn(policy: DQN, dueling: bool) -> Callable[[dict[str, Tensor]], None]:
-    """Double-Q Huber step (importance-weighted when ``dueling``: the tuned setting)."""
+def minimal_dqn(policy: DQN, weighted: bool) -> Callable[[dict[str, Tensor]], None]:
+    """Double-Q Huber step (importance-weighted when ``weighted``: prioritized replay)."""
     q_net = copy.deepcopy(policy.q_net).requires_grad_(True)
     target = copy.deepcopy(q_net).requires_grad_(False)
     params = list(q_net.parameters())
@@ -118,7 +120,7 @@ def minimal_dqn(policy: DQN, dueling: bool) -> Callable[[dict[str, Tensor]], Non
             y = b["rew"] + disc * q_next
         q = q_net(b["obs"]).gather(-1, b["act"].long().reshape(-1, 1)).squeeze(-1)
         per_sample = F.smooth_l1_loss(q, y, reduction="none")
-        loss = (per_sample * b["weight"]).mean() if dueling else per_sample.mean()
+        loss = (per_sample * b["weight"]).mean() if weighted else per_sample.mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(params, 10.0)
@@ -268,7 +270,7 @@ class GradContenders:
             return
         env = make_env(env_id, 1)
         policy = make_policy(algo, env)
-        if algo == "dqn":
+        if algo == "dqn-per":
             buffer: ReplayBuffer = PrioritizedReplayBuffer(100_000, 1, alpha=0.6, beta=0.4)
         else:
             buffer = ReplayBuffer(100_000, 1)
@@ -278,14 +280,15 @@ class GradContenders:
         env.close()
         self.policy, self.buffer = policy, buffer
         # the minimal replay: flat tensors of 20,000 transitions drawn from the same buffer
-        # (3-step, and importance-weighted for the tuned DQN), indexed with torch.randint
+        # (3-step, and importance-weighted for prioritized DQN), indexed with torch.randint
         store = policy.process_sample(ReplayBuffer.sample(buffer, 20_000), buffer)
         self.store = flat(store)
-        if algo == "dqn":
+        if algo == "dqn-per":
             self.store["weight"] = torch.rand(20_000) + 0.5
         self.minimal = {
-            "dqn": lambda: minimal_dqn(policy, dueling=True),
-            "dqn-plain": lambda: minimal_dqn(policy, dueling=False),
+            "dqn": lambda: minimal_dqn(policy, weighted=False),
+            "dqn-per": lambda: minimal_dqn(policy, weighted=True),
+            "dqn-plain": lambda: minimal_dqn(policy, weighted=False),
             "sac": lambda: minimal_sac(policy),
             "td3": lambda: minimal_td3(policy),
         }[algo]()

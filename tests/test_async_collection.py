@@ -44,9 +44,9 @@ def sac(**overrides: Any) -> BaseTrainer[Any]:
 
 
 def dqn(**overrides: Any) -> BaseTrainer[Any]:
-    """The tuned DQN (3-step returns, dueling, prioritized replay) on 2 CartPole envs."""
+    """The tuned DQN (3-step returns, dueling) with prioritized replay on 2 CartPole envs."""
     settings = {**TINY, "step_per_epoch": 96, "step_per_collect": 8, "update_per_step": 0.5}
-    settings.update(num_envs=2, hidden=(16,), target_update_freq=8)
+    settings.update(num_envs=2, hidden=(16,), target_update_freq=8, prioritized_replay=True)
     return make_trainer("dqn", "CartPole-v1", seed=5, **{**settings, **overrides})
 
 

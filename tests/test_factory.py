@@ -53,7 +53,9 @@ def test_per_env_settings_apply_and_user_overrides_win() -> None:
     tuned = make_trainer("dqn", "CartPole-v1", show_progress=False)
     assert isinstance(tuned, OffpolicyTrainer) and isinstance(tuned.policy, DQN)
     assert tuned.policy.dueling and tuned.policy.n_step == 3
-    assert isinstance(tuned.train_collector.buffer, PrioritizedReplayBuffer)
+    assert not isinstance(tuned.train_collector.buffer, PrioritizedReplayBuffer)
+    per = make_trainer("dqn", "CartPole-v1", prioritized_replay=True, show_progress=False)
+    assert isinstance(per.train_collector.buffer, PrioritizedReplayBuffer)
     plain = make_trainer("dqn", "Acrobot-v1", show_progress=False)  # no per-env entry
     assert isinstance(plain, OffpolicyTrainer) and isinstance(plain.policy, DQN)
     assert not plain.policy.dueling and plain.policy.n_step == 1

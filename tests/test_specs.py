@@ -62,7 +62,7 @@ def test_every_registered_algorithm_has_a_default_spec() -> None:
 def test_a_preset_changes_only_its_settings_and_names_its_source() -> None:
     tuned, general = RunSpec.tuned("dqn", "CartPole-v1"), RunSpec.default("dqn", "CartPole-v1")
     assert tuned.config.lr == 2.3e-3 and general.config.lr == 1e-4
-    assert tuned.buffer.prioritized_replay and not general.buffer.prioritized_replay
+    assert tuned.trainer.batch_size == 64 and general.trainer.batch_size == 32
     assert "rl-baselines3-zoo" in PRESETS[("dqn", "CartPole-v1")].source
     assert RunSpec.tuned("dqn", "Acrobot-v1") == RunSpec.default("dqn", "Acrobot-v1")
 
@@ -189,7 +189,7 @@ def _resume(tmp_path: Path, **changes: Any) -> Any:
     ("changes", "named"),
     [
         ({"step_per_epoch": 128}, "trainer.step_per_epoch"),
-        ({"prioritized_replay": False}, "buffer.prioritized_replay"),
+        ({"prioritized_replay": True}, "buffer.prioritized_replay"),
         ({"lr": 1e-3}, "config.lr"),
     ],
 )
@@ -301,7 +301,7 @@ def test_make_trainer_builds_the_spec_bitwise_like_its_short_form() -> None:
 
 def test_prioritized_buffer_from_the_spec_anneals_over_the_run() -> None:
     trainer = make_trainer("dqn", "CartPole-v1", max_epoch=3, step_per_epoch=100,
-                           show_progress=False)  # fmt: skip
+                           prioritized_replay=True, show_progress=False)  # fmt: skip
     buffer = trainer.train_collector.buffer
     assert isinstance(buffer, PrioritizedReplayBuffer) and buffer.beta_anneal_steps == 300
 
