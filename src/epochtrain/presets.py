@@ -100,7 +100,8 @@ _ALL = [
         "steps, 128 gradient steps per 256 env steps, target synced per round, epsilon to "
         "0.04 over 8000 steps) with a 64x64 net, 3-step returns and a dueling head, uniform "
         "replay (9/10 seeds at 500 after 50k steps, as with prioritized replay, whose "
-        "gradient step costs about 1.4x; plain 1-step DQN: 3/5)",
+        "gradient step costs about 1.1x with no clear gain in env steps; plain 1-step "
+        "DQN: 3/5)",
     ),
     Preset(
         "sac",
