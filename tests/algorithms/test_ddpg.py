@@ -258,3 +258,15 @@ def test_learns_the_one_step_match_env_through_the_trainer() -> None:
     _, stats = train_on_match_env(DDPG)
     assert isinstance(stats, DDPGTrainingStats) and stats.n_gradient_steps == 100
     assert stats.loss_critic.min <= stats.loss_critic.mean <= stats.loss_critic.max
+
+
+def test_an_optimizer_step_differentiates_only_its_own_unfrozen_parameters() -> None:
+    policy = DDPG(OBS_SPACE, ACT_SPACE, hidden=(16,))
+    obs = policy.prepare(make_batch())[1]
+    policy.update_actor(-policy.actor_q(obs).mean())
+    assert all(p.grad is not None for p in policy.actor.parameters())
+    assert all(p.grad is None for p in policy.critics.parameters())  # no critic gradient
+    policy.actor.requires_grad_(False)  # a frozen actor: the step is a no-op, not an error
+    before = params(policy.actor)
+    policy.update_actor(-policy.actor_q(obs).mean())
+    assert all(torch.equal(a, b) for a, b in zip(before, params(policy.actor), strict=True))

@@ -200,7 +200,8 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         # only this optimizer's parameters get gradients: a loss through other networks
         # (an actor's through the critics) computes none for theirs
         own = [p for group in opt.param_groups for p in group["params"] if p.requires_grad]
-        torch.autograd.backward(loss, inputs=own)
+        if own:  # all frozen (fine-tuning other parts): the step changes nothing
+            torch.autograd.backward(loss, inputs=own)
         finite = torch.isfinite(loss.detach()).all()
         if max_grad_norm is not None:
             if params is None:
