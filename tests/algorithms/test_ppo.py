@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -18,14 +19,15 @@ from tests.algorithms.tables import TableV, obs_ids
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
 
 
-def test_act_discrete_shapes_and_logp() -> None:
+def test_act_discrete_samples_from_the_softmax_and_stores_nothing() -> None:
     policy = PPO(OBS_SPACE, gym.spaces.Discrete(3))
     obs = torch.randn(6, 4)
     actions, extras = policy.act(obs)
-    assert actions.shape == (6,) and actions.dtype == torch.int64
-    assert set(extras) == {"logp"} and extras["logp"].shape == (6,)
-    logp, _ = policy.log_prob_entropy(obs, actions)
-    assert torch.allclose(logp, extras["logp"])
+    assert actions.shape == (6,) and actions.dtype == torch.int64 and extras == {}
+    torch.manual_seed(3)
+    draws = torch.stack([policy.act(obs[:1])[0] for _ in range(3000)]).flatten()
+    freq = torch.bincount(draws, minlength=3).float() / len(draws)
+    torch.testing.assert_close(freq, policy.actor(obs[:1]).softmax(-1)[0], atol=0.03, rtol=0)
     greedy, _ = policy.act(obs, deterministic=True)
     assert torch.equal(greedy, policy.actor(obs).argmax(-1))
 
@@ -34,9 +36,9 @@ def test_act_continuous_shapes_and_logp() -> None:
     policy = PPO(OBS_SPACE, gym.spaces.Box(-2.0, 2.0, shape=(2,)))
     obs = torch.randn(6, 4)
     actions, extras = policy.act(obs)
-    assert actions.shape == (6, 2) and actions.dtype == torch.float32
+    assert actions.shape == (6, 2) and actions.dtype == torch.float32 and extras == {}
     logp, entropy = policy.log_prob_entropy(obs, actions)
-    assert torch.allclose(logp, extras["logp"])
+    assert torch.equal(logp, policy.log_prob(obs, actions))
     normal = torch.distributions.Normal(policy.actor(obs), policy.log_std.exp())
     assert torch.allclose(logp, normal.log_prob(actions).sum(-1), atol=1e-5)
     assert torch.allclose(entropy, normal.entropy().sum(-1), atol=1e-5)
@@ -83,6 +85,33 @@ def _one_state_batch(ratio: float, adv: list[float], policy: PPO) -> Batch:
         adv=torch.tensor(adv),
         ret=torch.zeros(n),
     )
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(3), gym.spaces.Box(-2.0, 2.0, (2,))])
+def test_process_rollout_gives_the_logp_of_the_acting_policy(space: gym.Space[Any]) -> None:
+    torch.manual_seed(0)
+    policy = PPO(OBS_SPACE, space)
+    obs = torch.randn(5, 3, 4)  # [time, env, obs]
+    with torch.no_grad():
+        act = torch.stack([policy.act(o)[0] for o in obs])
+        per_step = torch.stack(
+            [policy.log_prob_entropy(o, a)[0] for o, a in zip(obs, act, strict=True)]
+        )
+    batch = Batch(
+        obs=obs,
+        act=act,
+        rew=torch.randn(5, 3),
+        terminated=torch.zeros(5, 3, dtype=torch.bool),
+        truncated=torch.zeros(5, 3, dtype=torch.bool),
+        obs_next=torch.randn(5, 3, 4),
+    )
+    out = policy.process_rollout(batch)
+    assert out.logp is not None and out.logp.shape == (5, 3)
+    torch.testing.assert_close(out.logp, per_step)
+    # the stored actions are the ones scored: another action changes the logp
+    shifted = (act + 1) % 3 if isinstance(space, gym.spaces.Discrete) else act + 1.0
+    other = policy.process_rollout(dataclasses.replace(batch, act=shifted))
+    assert other.logp is not None and not torch.allclose(other.logp, per_step)
 
 
 def test_clipped_surrogate_takes_the_pessimistic_side() -> None:
@@ -174,7 +203,8 @@ def test_gaussian_policy_learns_its_state_independent_log_std() -> None:
     torch.testing.assert_close(policy.log_std.detach(), torch.tensor([-0.5]))
     obs = torch.zeros(4, 4)
     with torch.no_grad():
-        act, extras = policy.act(obs)
+        act, _ = policy.act(obs)
+        old_logp = policy.log_prob(obs, act)
     batch = Batch(
         obs=obs,
         act=act,
@@ -182,7 +212,7 @@ def test_gaussian_policy_learns_its_state_independent_log_std() -> None:
         terminated=torch.zeros(4, dtype=torch.bool),
         truncated=torch.zeros(4, dtype=torch.bool),
         obs_next=obs,
-        logp=extras["logp"],
+        logp=old_logp,
         adv=torch.tensor([1.0, -1.0, 0.5, -0.5]),
         ret=torch.zeros(4),
     )

@@ -9,7 +9,7 @@ or GAE (Schulman et al. 2016) with ``gae_lambda < 1``. Implementation follows
 Stable-Baselines3's A2C: separate actor and critic MLPs with orthogonal init, RMSprop with
 ``alpha=0.99, eps=1e-5``, gradient-norm clipping at 0.5, no advantage normalisation.
 
-Data flow: the collector calls :meth:`A2C.act` (stores ``logp``); the on-policy trainer
+Data flow: the collector calls :meth:`A2C.act`; the on-policy trainer
 hands the ``[time, env]`` rollout to :meth:`A2C.process_rollout` (values, advantages,
 returns), then calls :meth:`A2C.learn` once on the whole rollout (``repeat_per_collect=1``,
 ``batch_size=None``).

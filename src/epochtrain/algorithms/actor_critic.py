@@ -6,7 +6,8 @@ It owns what the three algorithms have in common, so each of ``pg.py``, ``a2c.py
 * the networks: an actor MLP (action logits, or the mean of a Gaussian with a
   state-independent, learned log-std for 1-d Box actions) and an optional critic MLP
   ``V(obs)``, both tanh with orthogonal init as in Stable-Baselines3;
-* acting (:meth:`ActorCriticPolicy.act` stores ``logp``), log-probabilities and entropies;
+* acting (:meth:`ActorCriticPolicy.act`, which stores nothing beside the action),
+  log-probabilities and entropies;
 * :meth:`ActorCriticPolicy.process_rollout`: values and generalised advantage estimation
   (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
   Advantage Estimation", ICLR). ``gae_lambda=1`` gives discounted Monte-Carlo returns
@@ -196,24 +197,33 @@ class ActorCriticPolicy(Policy[TStats], ABC):
                 group["lr"] = lr
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
-        """Sampled (or most likely) actions and their log-probability ``logp``."""
+        """Sampled (or most likely) actions; no extras.
+
+        Nothing is stored with the action: PPO's ``logp`` of the taken actions comes from
+        one batched pass over the rollout in :meth:`PPO.process_rollout` (the weights
+        have not changed since the actions were taken), as Tianshou does, which keeps a
+        log-probability per env step out of collection.
+        """
         out = self.actor(obs_tensor(obs))
         if self.discrete:
-            logp_all = out.log_softmax(dim=-1)
             if deterministic:
-                actions = out.argmax(dim=-1)
-            else:
-                actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
-            logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-            return actions, {"logp": logp}
+                return out.argmax(dim=-1), {}
+            return torch.multinomial(out.softmax(dim=-1), 1).squeeze(-1), {}
         if deterministic:
-            return out, {"logp": self._gaussian_logp(out, out)}
-        actions = out + self.log_std.exp() * torch.randn_like(out)
-        return actions, {"logp": self._gaussian_logp(out, actions)}
+            return out, {}
+        return out + self.log_std.exp() * torch.randn_like(out), {}
 
     def _gaussian_logp(self, mean: Tensor, actions: Tensor) -> Tensor:
         z = (actions - mean) * torch.exp(-self.log_std)
         return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(dim=-1)
+
+    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
+        """Log-probability of ``actions`` under the current policy at ``obs``."""
+        out: Tensor = self.actor(obs)
+        if self.discrete:
+            logp_all = out.log_softmax(dim=-1)
+            return logp_all.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+        return self._gaussian_logp(out, actions)
 
     def log_prob_entropy(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probability of ``actions`` and entropy of the current policy at ``obs``."""

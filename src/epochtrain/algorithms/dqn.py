@@ -179,8 +179,16 @@ class DQN(Policy[DQNTrainingStats]):
         """Epsilon of the schedule at the last :meth:`set_progress`."""
         self.n_updates = 0
         """Gradient steps taken so far (saved in the state dict; drives target updates)."""
-        self.td_abs: Tensor | None = None
-        """``|TD error|`` per sample of the last :meth:`learn` (for priority updates)."""
+        self._last_td: tuple[Tensor, Tensor] | None = None  # (Q, target) of the last learn
+
+    @property
+    def td_abs(self) -> Tensor | None:
+        """``|TD error|`` per sample of the last :meth:`learn` (for priority updates);
+        computed when read, so uniform replay never pays for it."""
+        if self._last_td is None:
+            return None
+        q, target = self._last_td
+        return (q - target).abs()
 
     # ------------------------------------------------------------------ acting
     @property
@@ -267,7 +275,7 @@ class DQN(Policy[DQNTrainingStats]):
             loss = per_sample.mean()
         else:
             loss = (per_sample * batch.weight.to(per_sample.dtype)).mean()
-        self.td_abs = (q - target).detach().abs()
+        self._last_td = (q.detach(), target)
         self.optimize("q", loss, max_grad_norm=self.max_grad_norm)
         self.n_updates += 1
         if self.n_updates % self.target_update_freq == 0:
@@ -280,9 +288,12 @@ class DQN(Policy[DQNTrainingStats]):
 
     def post_learn(self, batch: Batch, buffer: ReplayBuffer) -> None:
         """Give a prioritized buffer the new ``|TD|`` of the transitions just learned from."""
-        if isinstance(buffer, PrioritizedReplayBuffer) and self.td_abs is not None:
+        if not isinstance(buffer, PrioritizedReplayBuffer):
+            return
+        td_abs = self.td_abs
+        if td_abs is not None:
             assert batch.index is not None
-            buffer.update_priorities(batch.index, self.td_abs)
+            buffer.update_priorities(batch.index, td_abs)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """The Q network and its target network."""

@@ -5,7 +5,7 @@ Reinforcement Learning" (Machine Learning 8). The gradient estimate is
 ``mean(grad log pi(a_t | s_t) * (G_t - b(s_t)))`` with ``G_t`` the discounted return
 from step ``t`` to the end of its episode and ``b`` either zero or a learned ``V(s)``.
 
-Data flow: the collector calls :meth:`PG.act` (stores ``logp``); the on-policy trainer
+Data flow: the collector calls :meth:`PG.act`; the on-policy trainer
 hands the whole ``[time, env]`` rollout to :meth:`PG.process_rollout`, which computes
 ``ret`` (discounted returns per episode) and ``adv = ret - V(obs)`` (``ret`` itself without
 a baseline), then calls :meth:`PG.learn` (usually once, on the whole rollout).

@@ -7,9 +7,10 @@ Implementation details follow Stable-Baselines3 and Huang et al. 2022, "The 37
 Implementation Details of PPO": separate actor and critic MLPs with orthogonal init,
 per-minibatch advantage normalisation, gradient-norm clipping, Adam with eps 1e-5.
 
-Data flow: the collector calls :meth:`PPO.act` (stores ``logp``), the on-policy trainer
-hands the whole ``[time, env]`` rollout to :meth:`PPO.process_rollout` (values, GAE
-advantages, returns), then calls :meth:`PPO.learn` on shuffled minibatches.
+Data flow: the collector calls :meth:`PPO.act`, the on-policy trainer hands the whole
+``[time, env]`` rollout to :meth:`PPO.process_rollout` (values, GAE advantages, returns,
+and the behaviour policy's ``logp`` of the taken actions, in one batched pass), then calls
+:meth:`PPO.learn` on shuffled minibatches.
 Discrete actions use a categorical policy; Box actions a Gaussian with a
 state-independent log-std (actions are not clipped: wrap the env with
 ``gymnasium.wrappers.ClipAction`` unless it clips itself, as Pendulum does).
@@ -17,6 +18,7 @@ state-independent log-std (actions are not clipped: wrap the env with
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +110,22 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         if self.clip_anneal_steps is not None:
             frac = max(0.0, 1.0 - env_step / self.clip_anneal_steps)
             self.clip_range_now = self.clip_range * frac
+
+    @torch.no_grad()
+    def process_rollout(self, batch: Batch) -> Batch:
+        """Values, GAE advantages and returns (:class:`ActorCriticPolicy`), plus ``logp``:
+        the log-probability of each taken action under the policy that took it.
+
+        The weights are those that acted (nothing learns between collection and this
+        call), so one batched pass replaces a log-probability per env step in ``act``.
+        """
+        batch = super().process_rollout(batch)
+        n_time, n_env = batch.shape
+        obs = obs_tensor(batch.obs)
+        flat_obs = obs.reshape(n_time * n_env, *obs.shape[2:])
+        flat_act = batch.act.reshape(n_time * n_env, *batch.act.shape[2:])
+        logp = self.log_prob(flat_obs, flat_act).reshape(n_time, n_env)
+        return dataclasses.replace(batch, logp=logp)
 
     def learn(self, batch: Batch) -> PPOTrainingStats:
         """One gradient step of the clipped PPO loss on a minibatch."""
