@@ -74,6 +74,31 @@ def test_aggregate_summarises_all_gradient_steps_and_keeps_the_type() -> None:
     assert aggregate_training_stats([], 0.0) is None
 
 
+def test_not_measured_summaries_are_left_out_but_a_measured_nan_is_not() -> None:
+    skipped = dataclasses.replace(
+        step(1.0, 2.0, 3.0), loss_critic=SequenceSummaryStats.not_measured()
+    )
+    assert skipped.loss_stats() == {"loss": 1.0, "q_mean": 3.0}
+    assert not skipped.loss_critic.measured and step(1.0, 2.0, 3.0).loss_critic.measured
+    # aggregation summarises the steps that measured it
+    agg = aggregate_training_stats([step(1.0, 10.0, 0.0), skipped, step(3.0, 30.0, 0.0)], 1.0)
+    assert agg is not None and agg.loss_critic.measured
+    assert (agg.loss_critic.mean, agg.loss_critic.min, agg.loss_critic.max) == (20.0, 10.0, 30.0)
+    assert agg.loss.mean == pytest.approx(5.0 / 3) and agg.n_gradient_steps == 3
+    # none measured it: neither does the aggregate, and it compares equal to another such
+    none = aggregate_training_stats([skipped, skipped], 1.0)
+    assert (
+        none is not None
+        and not none.loss_critic.measured
+        and "loss/critic" not in none.loss_stats()
+    )
+    assert none.loss_critic == SequenceSummaryStats.not_measured()
+    # a NaN that was measured still reaches the aggregate and the loss stats
+    nan = aggregate_training_stats([step(1.0, math.nan, 0.0), skipped], 1.0)
+    assert nan is not None and math.isnan(nan.loss_critic.mean) and math.isnan(nan.loss_critic.min)
+    assert math.isnan(nan.loss_stats()["loss/critic"])
+
+
 def test_movavg_ignores_nan_and_inf_and_keeps_a_window() -> None:
     avg = MovAvg(size=3)
     assert math.isnan(avg.get())

@@ -30,9 +30,18 @@ __all__ = [
 ]
 
 
+_NAN = float("nan")  # one object: tuples of it compare equal, so not-measured stats do
+
+
 @dataclass
 class SequenceSummaryStats:
-    """Mean, standard deviation, minimum and maximum of a sequence of numbers."""
+    """Mean, standard deviation, minimum and maximum of a sequence of numbers.
+
+    :meth:`not_measured` stands for a quantity a step did not compute (a TD3 actor loss
+    on a step without an actor update): it is left out of ``loss_stats()``, the logs,
+    the moving averages, the non-finite check and aggregation, where a NaN that was
+    measured still counts and still stops a run.
+    """
 
     mean: float
     std: float
@@ -44,8 +53,7 @@ class SequenceSummaryStats:
         """Summarise ``values``; an empty sequence gives all-NaN statistics."""
         arr = np.asarray(values, dtype=np.float64)
         if arr.size == 0:
-            nan = float("nan")
-            return cls(mean=nan, std=nan, min=nan, max=nan)
+            return cls(mean=_NAN, std=_NAN, min=_NAN, max=_NAN)
         return cls(
             mean=float(arr.mean()),
             std=float(arr.std()),
@@ -57,6 +65,23 @@ class SequenceSummaryStats:
     def single(cls, value: float) -> SequenceSummaryStats:
         """Summary of a single number (one gradient step)."""
         return cls(mean=value, std=0.0, min=value, max=value)
+
+    @staticmethod
+    def not_measured() -> SequenceSummaryStats:
+        """A quantity this step did not compute: all-NaN, with :attr:`measured` False."""
+        return _NotMeasured(mean=_NAN, std=_NAN, min=_NAN, max=_NAN)
+
+    @property
+    def measured(self) -> bool:
+        """False for :meth:`not_measured` summaries."""
+        return True
+
+
+@dataclass
+class _NotMeasured(SequenceSummaryStats):
+    @property
+    def measured(self) -> bool:
+        return False
 
 
 @dataclass
@@ -123,14 +148,15 @@ class TrainingStats:
     """Gradient steps summarised: 1 for what ``learn`` returns, the sum once aggregated."""
 
     def loss_stats(self) -> dict[str, float]:
-        """Flat ``{"loss/critic": mean, "approx_kl": mean, ...}`` of every summary field.
+        """Flat ``{"loss/critic": mean, "approx_kl": mean, ...}`` of every summary field
+        that was measured (:attr:`SequenceSummaryStats.measured`).
 
         A field named ``loss`` keeps its name; ``loss_<part>`` becomes ``loss/<part>``.
         """
         out: dict[str, float] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, SequenceSummaryStats):
+            if isinstance(value, SequenceSummaryStats) and value.measured:
                 out[_stat_key(f.name)] = value.mean
         return out
 
@@ -161,17 +187,7 @@ def aggregate_training_stats(
             continue
         v0 = getattr(first, f.name)
         if isinstance(v0, SequenceSummaryStats):
-            means = np.fromiter(
-                (getattr(s, f.name).mean for s in per_step), dtype=np.float64, count=len(per_step)
-            )
-            mins = np.fromiter((getattr(s, f.name).min for s in per_step), dtype=np.float64)
-            maxs = np.fromiter((getattr(s, f.name).max for s in per_step), dtype=np.float64)
-            values[f.name] = SequenceSummaryStats(
-                mean=float(means.mean()),
-                std=float(means.std()),
-                min=float(mins.min()),
-                max=float(maxs.max()),
-            )
+            values[f.name] = _aggregate_summaries([getattr(s, f.name) for s in per_step])
         elif f.name == "n_gradient_steps":
             values[f.name] = sum(s.n_gradient_steps for s in per_step)
         elif f.name == "train_time":
@@ -181,6 +197,25 @@ def aggregate_training_stats(
         else:
             values[f.name] = getattr(per_step[-1], f.name)
     return dataclasses.replace(first, **values)
+
+
+def _aggregate_summaries(parts: list[SequenceSummaryStats]) -> SequenceSummaryStats:
+    """One summary of per-step summaries: the mean and std of their means, the extreme
+    min and max; the steps that did not measure it (:meth:`~SequenceSummaryStats.
+    not_measured`) are left out, and if none did, neither does the result."""
+    measured = [p for p in parts if p.measured]
+    if not measured:
+        return SequenceSummaryStats.not_measured()
+    n = len(measured)
+    means = np.fromiter((p.mean for p in measured), dtype=np.float64, count=n)
+    mins = np.fromiter((p.min for p in measured), dtype=np.float64, count=n)
+    maxs = np.fromiter((p.max for p in measured), dtype=np.float64, count=n)
+    return SequenceSummaryStats(
+        mean=float(means.mean()),
+        std=float(means.std()),
+        min=float(mins.min()),
+        max=float(maxs.max()),
+    )
 
 
 class MovAvg:

@@ -110,6 +110,12 @@ def test_training_tags_use_loss_stats_smoothed_and_scalars() -> None:
     )
 
 
+def test_a_summary_not_measured_gets_no_tag() -> None:
+    stats = FakePPOStats(train_time=0.25, loss_clip=SequenceSummaryStats.not_measured())
+    tags = training_stats_to_tags(stats)
+    assert "update/loss/clip" not in tags and tags["update/loss"] == pytest.approx(1.0)
+
+
 def test_info_tags_cover_every_numeric_field() -> None:
     info = InfoStats(epoch=3, env_step=300, gradient_step=30, best_test_return=7.5)
     tags = info_stats_to_tags(info)

@@ -36,9 +36,9 @@ class DDPGTrainingStats(TrainingStats):
     """Stats of deterministic actor-critic gradient steps.
 
     ``loss_critic`` is the TD mean squared error (summed over the critics of TD3),
-    ``loss_actor`` the actor objective ``-Q_1(s, pi(s))`` on the same batch (also on
-    steps where a delayed actor is not updated), ``q_mean`` the mean ``Q_1(s, a)`` of the
-    stored actions.
+    ``loss_actor`` the actor objective ``-Q_1(s, pi(s))`` on the same batch (TD3 and
+    TD3+BC: measured on the delayed actor steps only), ``q_mean`` the mean ``Q_1(s, a)`` of
+    the stored actions.
     """
 
     loss_actor: SequenceSummaryStats

@@ -41,7 +41,8 @@ class TD3TrainingStats(DDPGTrainingStats):
     """Stats of TD3 gradient steps (the DDPG fields, ``loss_critic`` summed over twins).
 
     ``actor_updated`` is 1 for steps that updated the actor and the targets, else 0; its
-    mean over an update is the share of delayed actor steps.
+    mean over an update is the share of delayed actor steps. ``loss_actor`` summarises the
+    actor steps only (not measured on a step without one).
     """
 
     actor_updated: SequenceSummaryStats
@@ -91,16 +92,21 @@ class TD3(DeterministicActorCritic[TD3TrainingStats]):
         )
 
     def learn(self, batch: Batch) -> TD3TrainingStats:
-        """One step of both critics; every ``policy_delay`` steps also actor and targets."""
+        """One step of both critics; every ``policy_delay`` steps also actor and targets.
+
+        The actor loss is computed on actor steps only: on the others ``loss_actor`` is
+        :meth:`~epochtrain.stats.SequenceSummaryStats.not_measured`.
+        """
         batch, obs, act, obs_next = self.prepare(batch)
         loss_critic, q_mean = self.update_critics(batch, obs, act, obs_next)
         due = self.actor_due()
-        with torch.set_grad_enabled(due):
-            loss_actor = -self.actor_q(obs).mean()
+        actor_stat = SequenceSummaryStats.not_measured()
         if due:
+            loss_actor = -self.actor_q(obs).mean()
             self.update_actor(loss_actor)
+            actor_stat = SequenceSummaryStats.single(loss_actor.item())
         return TD3TrainingStats(
-            loss_actor=SequenceSummaryStats.single(loss_actor.item()),
+            loss_actor=actor_stat,
             loss_critic=SequenceSummaryStats.single(loss_critic),
             q_mean=SequenceSummaryStats.single(q_mean),
             actor_updated=SequenceSummaryStats.single(float(due)),

@@ -49,7 +49,8 @@ class TD3BCTrainingStats(TD3TrainingStats):
 
     ``loss_actor`` is ``-lambda * mean Q_1(s, pi(s)) + loss_bc``; ``loss_bc`` is the mean
     squared difference between the actor's and the dataset's actions in half-range units;
-    ``lmbda`` is ``alpha / mean|Q_1(s, pi(s))|``.
+    ``lmbda`` is ``alpha / mean|Q_1(s, pi(s))|``. The three are measured on the delayed
+    actor steps only (not measured on the others).
     """
 
     loss_bc: SequenceSummaryStats
@@ -150,21 +151,25 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
         batch, obs, act, obs_next = self.prepare(batch)
         loss_critic, q_mean = self.update_critics(batch, obs, act, obs_next)
         due = self.actor_due()
-        with torch.set_grad_enabled(due):
+        skipped = SequenceSummaryStats.not_measured
+        stat_actor, stat_bc, stat_lmbda = skipped(), skipped(), skipped()
+        if due:  # the actor loss is computed on actor steps only
             pi = self.pi(obs)
             q = self.critics[0](obs, pi)
             lmbda = self.alpha / q.abs().mean().detach().clamp_min(1e-8)
             loss_bc = F.mse_loss(pi, act)
             loss_actor = -lmbda * q.mean() + loss_bc
-        if due:
             self.update_actor(loss_actor)
+            stat_actor = SequenceSummaryStats.single(loss_actor.item())
+            stat_bc = SequenceSummaryStats.single(loss_bc.item())
+            stat_lmbda = SequenceSummaryStats.single(lmbda.item())
         return TD3BCTrainingStats(
-            loss_actor=SequenceSummaryStats.single(loss_actor.item()),
+            loss_actor=stat_actor,
             loss_critic=SequenceSummaryStats.single(loss_critic),
             q_mean=SequenceSummaryStats.single(q_mean),
             actor_updated=SequenceSummaryStats.single(float(due)),
-            loss_bc=SequenceSummaryStats.single(loss_bc.item()),
-            lmbda=SequenceSummaryStats.single(lmbda.item()),
+            loss_bc=stat_bc,
+            lmbda=stat_lmbda,
         )
 
     # ------------------------------------------------------------- persisting
