@@ -1,8 +1,10 @@
 """OffpolicyTrainer: learn from minibatches sampled from a replay buffer.
 
-Update step: ``round(update_per_step * n_collected_steps)`` gradient steps, each on a
-minibatch of ``batch_size`` sampled uniformly from the buffer. The returned stats cover
-all of those gradient steps (mean, std, min, max), not just the last one.
+Update step: ``update_per_step * n_collected_steps`` gradient steps, each on a minibatch
+of ``batch_size`` sampled uniformly from the buffer; a fraction is carried to the next
+update step, so ``update_per_step=0.5`` with one env step per collect takes a gradient
+step every second collect (a plain ``round`` would take none, ever). The returned stats
+cover all of those gradient steps (mean, std, min, max), not just the last one.
 
 With ``async_collection=True`` the next collect step runs in a worker thread while an
 update step's gradient steps run (:mod:`epochtrain.trainer.async_collection`).
@@ -59,6 +61,9 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         self.async_overlap_time = 0.0
         """Seconds of training collection that ran while gradient steps ran, in total
         (0 unless ``async_collection``)."""
+        self.update_credit = 0.0
+        """Gradient steps owed but not taken yet: the fraction in [0, 1) that
+        ``update_per_step * n_collected_steps`` left over (saved in checkpoints)."""
 
     def _training_step(self) -> int:
         if self.async_collection is None:
@@ -78,31 +83,43 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
                 self._ops.process("batch_process", self._collected_rows())
 
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
-        """Run ``round(update_per_step * n_collected_steps)`` sampled gradient steps."""
+        """Run the whole part of ``update_credit + update_per_step * n_collected_steps``
+        sampled gradient steps; the fraction stays in :attr:`update_credit`."""
         start = time.perf_counter()
         assert collect_stats is not None
         buffer = self.train_collector.buffer
         assert buffer is not None
-        for _ in range(round(self.params.update_per_step * collect_stats.n_collected_steps)):
+        owed = self.update_credit + self.params.update_per_step * collect_stats.n_collected_steps
+        n_steps = int(owed)
+        self.update_credit = owed - n_steps
+        for _ in range(n_steps):
             self._learn_sampled(buffer, self.params.batch_size)
         return self._finish_update(time.perf_counter() - start)
 
     def state_dict(self) -> dict[str, Any]:
-        """The online trainer's state, plus the actor's random stream when collecting
-        asynchronously."""
+        """The online trainer's state, plus the update credit and, when collecting
+        asynchronously, the actor's random stream."""
         state = super().state_dict()
+        state["update_credit"] = self.update_credit
         if self.async_collection is not None:
             state["async_collection"] = ac.save_async_state(self)
         return state
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """The online trainer's checks, plus the ``async_collection`` entry if collecting
+        """The online trainer's checks, plus the ``update_credit`` entry (absent from
+        checkpoints older than it: 0) and the ``async_collection`` entry if collecting
         asynchronously."""
         super().check_state_dict(state)
+        credit = state.get("update_credit", 0.0)
+        if not isinstance(credit, float) or not 0.0 <= credit < 1.0:
+            raise ValueError(
+                f"the trainer state's update_credit must be a float in [0, 1), got {credit!r}"
+            )
         if self.async_collection is not None:
             ac.check_async_state(self, state)
 
     def _load_parts(self, state: Mapping[str, Any]) -> None:
         super()._load_parts(state)
+        self.update_credit = float(state.get("update_credit", 0.0))
         if self.async_collection is not None:
             ac.load_async_state(self, state)
