@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 BAR = 250.0  # a random policy scores about 22 on CartPole-v1, an untrained greedy one ~10
 
 
-def test_rainbow_style_dqn_learns_cartpole_within_8_epochs() -> None:
+def test_rainbow_style_dqn_learns_cartpole_within_16_epochs() -> None:
     torch.set_num_threads(1)
     trainer = make_trainer(
         "dqn",
@@ -29,7 +29,7 @@ def test_rainbow_style_dqn_learns_cartpole_within_8_epochs() -> None:
         n_step=3,
         dueling=True,
         prioritized_replay=True,
-        max_epoch=8,
+        max_epoch=16,  # of 1,024 env steps (the preset's), after 1,000 warm-up steps
         stop_fn=lambda best: best >= BAR,
         show_progress=False,
     )

@@ -94,7 +94,8 @@ def test_an_n_step_run_trains_from_n_step_samples(
 ) -> None:
     trainer = make_trainer(
         algo, "Pendulum-v1", n_step=3, hidden=(16,), max_epoch=1, step_per_epoch=64,
-        warmup_steps=64, batch_size=16, show_progress=False, stop_fn=None,
+        warmup_steps=64, batch_size=16, update_per_step=1.0, show_progress=False,
+        stop_fn=None,
     )  # fmt: skip
     seen: list[Batch] = []
     learn = trainer.policy.learn
