@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from ray.tune.result import TRIAL_INFO  # noqa: E402
 
 from epochtrain.experiment import grid, run_experiment  # noqa: E402
 from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
+from epochtrain.experiment.runs import open_trainer, prepare_runs  # noqa: E402
 from epochtrain.extras import MissingExtraError  # noqa: E402
 from epochtrain.spec import RunSpec  # noqa: E402
 from tests.experiment.settings import FAST  # noqa: E402
@@ -210,6 +212,29 @@ def test_a_step_returns_the_epoch_under_the_documented_tags_and_done_at_the_end(
         assert tag in first
     assert first["info/env_step"] == 64 and second["epoch"] == 2
     trainable.stop()
+
+
+def test_an_actor_set_up_for_a_run_going_on_elsewhere_leaves_its_files_alone(
+    tmp_path: Path,
+) -> None:
+    # Tune sets an actor up with the config of the trial it was started for, then may run
+    # that trial on a cached actor: the idle actor must not rewind the live run's log.
+    from epochtrain.ray import EpochTrainable
+
+    specs = grid(["ppo"], ["CartPole-v1"], [0], **{**FAST, "max_epoch": 4, "checkpoint_every": 2})
+    run_dir = prepare_runs(specs, tmp_path)[0]
+    live = open_trainer(run_dir)
+    list(islice(live, 3))  # checkpoint at epoch 2, epoch 3 logged after it
+    written = (run_dir / "log.jsonl").read_text()
+    config = {"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial("idle"))}
+    idle = EpochTrainable(config)
+    assert (run_dir / "log.jsonl").read_text() == written
+    list(live)  # the live run finishes; the actor, used now, sees it finished
+    del live
+    assert idle.train()["done"] is True
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "finished" and result["steps"] == [64.0, 128.0, 192.0, 256.0]
+    idle.stop()
 
 
 def test_reset_config_applies_the_new_learning_rate_after_the_donors_checkpoint(

@@ -434,7 +434,8 @@ def load_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
 
     All or nothing: the manifest, every file's hash and every state are checked against
     the trainer before anything changes; on any error the trainer, its logger and its log
-    files are as they were. The trainer must be built as the checkpointed run was (same
+    files are as they were. A trainer with a ``checkpoint_dir`` takes its writer lock
+    first (:class:`CheckpointError` if another live trainer holds it). The trainer must be built as the checkpointed run was (same
     classes, hooks, envs, buffer capacity). Returns the checkpoint directory loaded.
     """
     ckpt = resolve_checkpoint(path)
@@ -462,6 +463,10 @@ def load_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
                 stacklevel=3,
             )
     state = _read_states(ckpt, manifest)
+    # The restore rewrites the run's log files: a trainer writing this run in another
+    # process (a sweep started twice, a Tune actor set up for a trial that runs
+    # elsewhere) would lose what it logged since its checkpoint. Its lock stops us first.
+    hold_checkpoint_dir(trainer)
     try:
         trainer.load_state_dict(state)
     except CheckpointError:

@@ -47,6 +47,7 @@ from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
 from epochtrain.experiment.progress import Progress  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
+    CHECKPOINTS,
     failed_result,
     finished_result,
     is_finished,
@@ -149,15 +150,32 @@ class EpochTrainable(tune.Trainable):
     """
 
     def setup(self, config: dict[str, Any]) -> None:
-        """Build the trainer of ``config`` (see the module docstring)."""
+        """Take ``config`` (see the module docstring); the trainer is built when first used.
+
+        Tune sets up an actor with the config of the trial it was started for, and may then
+        run that trial on a cached actor and keep this one for another trial. Building here
+        would open (and, from its checkpoint, rewind the logs of) a run that is going on
+        elsewhere; building on first use touches only the run this actor runs.
+        """
         resources = self.trial_resources
         if resources is not None:
             cpus = resources.required_resources.get("CPU", 1.0)
             torch.set_num_threads(max(1, int(cpus)))
+        self._take_config(config)
+
+    def _take_config(self, config: Mapping[str, Any]) -> None:
         self.run_dir = None if RUN_DIR_KEY not in config else Path(config[RUN_DIR_KEY])
-        self.trainer = self._build(config)
+        self._config = dict(config)
+        self._trainer: Any = None
         self.wall_time = 0.0
         """Seconds this run has spent in ``next(trainer)`` (a restored trial's included)."""
+
+    @property
+    def trainer(self) -> Any:
+        """The trial's trainer, built from its config on first use."""
+        if self._trainer is None:
+            self._trainer = self._build(self._config)
+        return self._trainer
 
     def _build(self, config: Mapping[str, Any]) -> Any:
         from epochtrain.factory import make_trainer
@@ -181,9 +199,10 @@ class EpochTrainable(tune.Trainable):
     def step(self) -> dict[str, Any]:
         """One epoch; ``done`` once the run has ended. A ``run_dir`` trial writes its
         ``result.json`` at the end, or a failed one if the epoch raises."""
+        trainer = self.trainer  # built outside the try: a run it cannot open is not failed
         start = time.perf_counter()
         try:
-            stats = next(self.trainer)
+            stats = next(trainer)
         except StopIteration:  # resumed from the checkpoint of its last epoch
             stats = None
         except Exception as exc:
@@ -222,6 +241,8 @@ class EpochTrainable(tune.Trainable):
         root = Path(checkpoint)
         meta = read_json(root / _TRIAL_FILE)
         if meta.get("trial_id") == self.trial_id:
+            if self._trainer is None and self.run_dir is not None:
+                _take_over_lock(self.run_dir / CHECKPOINTS)  # before the build loads from it
             if self.trainer.checkpoint_dir is not None:
                 _take_over_lock(self.trainer.checkpoint_dir)
             self.trainer.load_checkpoint(root / _CHECKPOINT)
@@ -254,9 +275,7 @@ class EpochTrainable(tune.Trainable):
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """Take ``new_config`` in this actor (PBT, or the next run of a sweep): the trainer is
         rebuilt from it, and a donor's checkpoint Tune loads next keeps these settings."""
-        self.run_dir = None if RUN_DIR_KEY not in new_config else Path(new_config[RUN_DIR_KEY])
-        self.trainer = self._build(new_config)
-        self.wall_time = 0.0
+        self._take_config(new_config)
         return True
 
 

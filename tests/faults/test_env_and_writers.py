@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from epochtrain.checkpoint import CheckpointError, find_checkpoints, read_manifest
 from epochtrain.checkpoint_files import LOCK_FILE
 from epochtrain.errors import EnvError
+from epochtrain.logger import JSONLLogger
 from tests.faults.envs import dqn_trainer, faulty_vec
 
 
@@ -55,6 +57,34 @@ def test_a_second_trainer_on_the_same_checkpoint_dir_is_refused(tmp_path: Path) 
     assert [p.name for p in find_checkpoints(tmp_path)] == [
         "epoch_000001", "epoch_000002", "epoch_000003",
     ]  # fmt: skip
+
+
+def test_loading_the_checkpoint_of_a_run_another_trainer_writes_is_refused_and_keeps_its_log(
+    tmp_path: Path,
+) -> None:
+    # A second trainer opening a live run (a sweep started twice, a Tune actor set up for a
+    # trial that runs elsewhere) would rewind the run's log to its checkpoint.
+    log = tmp_path / "log.jsonl"
+    first = dqn_trainer(
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        checkpoint_every=2,
+        max_epoch=4,
+        logger=JSONLLogger(log),
+    )
+    list(islice(first, 3))  # checkpoint at epoch 2, epoch 3 logged after it
+    written = log.read_text()
+    assert '"scope": "info", "step": 3' in written
+    second = dqn_trainer(
+        checkpoint_dir=str(tmp_path / "ckpt"), max_epoch=4, logger=JSONLLogger(log)
+    )
+    with pytest.raises(CheckpointError, match="in use by another trainer of this process"):
+        second.load_checkpoint(tmp_path / "ckpt")
+    assert log.read_text() == written
+    assert second.state.epoch == 0
+    del first
+    second.load_checkpoint(tmp_path / "ckpt")  # the writer has gone: the run resumes
+    assert second.state.epoch == 2
+    assert '"scope": "info", "step": 3' not in log.read_text()  # the resumed run writes it
 
 
 def test_a_live_writer_process_is_named_and_a_dead_ones_lock_is_taken_over(
