@@ -435,8 +435,9 @@ def load_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
     All or nothing: the manifest, every file's hash and every state are checked against
     the trainer before anything changes; on any error the trainer, its logger and its log
     files are as they were. A trainer with a ``checkpoint_dir`` takes its writer lock
-    first (:class:`CheckpointError` if another live trainer holds it). The trainer must be built as the checkpointed run was (same
-    classes, hooks, envs, buffer capacity). Returns the checkpoint directory loaded.
+    first (:class:`CheckpointError` if another live trainer holds it). The trainer must be
+    built as the checkpointed run was (same classes, hooks, envs, buffer capacity). Returns
+    the checkpoint directory loaded.
     """
     ckpt = resolve_checkpoint(path)
     manifest = read_manifest(ckpt)
