@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from epochtrain.algorithms import PPO, A2CTrainingStats, PGTrainingStats, PPOTrainingStats
+from epochtrain.algorithms.actor_critic import explained_variance
 from epochtrain.data import Batch
 from tests.algorithms.checks import assert_same_state
 from tests.algorithms.tables import TableV, obs_ids
@@ -139,6 +140,47 @@ def test_positive_advantage_makes_the_action_more_likely() -> None:
     policy.learn(batch)
     after = policy.actor(obs).softmax(-1)[0, 0].item()
     assert after > before
+
+
+@pytest.mark.parametrize("ent_coef", [0.0, 0.5])
+def test_the_entropy_bonus_moves_the_policy_only_with_a_positive_ent_coef(
+    ent_coef: float,
+) -> None:
+    # advantage 0 everywhere: the actor's only gradient is the entropy bonus
+    kw = dict(normalize_advantage=False, lr_anneal_steps=None, clip_anneal_steps=None)
+    policy = PPO(OBS_SPACE, gym.spaces.Discrete(2), lr=1e-2, ent_coef=ent_coef, **kw)
+    with torch.no_grad():
+        policy.actor(torch.zeros(1, 4))  # built
+        last = [m for m in policy.actor.modules() if isinstance(m, torch.nn.Linear)][-1]
+        last.bias.copy_(torch.tensor([2.0, -2.0]))  # a confident policy: entropy < log 2
+    batch = _one_state_batch(1.0, [0.0, 0.0], policy)
+    batch = dataclasses.replace(batch, ret=torch.tensor([1.0, 3.0]))
+    obs = torch.zeros(1, 4)
+    probs = policy.actor(obs).softmax(-1)[0].detach()
+    entropy_before = float(-(probs * probs.log()).sum())
+    value = policy.value(batch.obs).detach()  # before the step, as learn sees it
+    stats = policy.learn(batch)
+    assert stats.entropy.mean == pytest.approx(entropy_before, rel=1e-5)
+    assert stats.loss_entropy.mean == pytest.approx(-entropy_before, rel=1e-5)
+    assert stats.explained_variance.mean == pytest.approx(
+        explained_variance(batch.ret, value), rel=1e-5
+    )
+    expected_loss = stats.loss_actor.mean + 0.5 * stats.loss_critic.mean
+    expected_loss += ent_coef * stats.loss_entropy.mean
+    assert stats.loss.mean == pytest.approx(expected_loss, rel=1e-5)
+    probs_after = policy.actor(obs).softmax(-1)[0].detach()
+    entropy_after = float(-(probs_after * probs_after.log()).sum())
+    if ent_coef > 0:
+        assert entropy_after > entropy_before + 1e-4
+    else:
+        assert entropy_after == pytest.approx(entropy_before, abs=1e-7)
+
+
+def test_explained_variance_is_one_minus_the_residual_share() -> None:
+    ret, value = torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.tensor([1.0, 2.5, 3.0, 5.0])
+    expected = 1.0 - float((ret - value).var(correction=0)) / float(ret.var(correction=0))
+    assert explained_variance(ret, value) == pytest.approx(expected, rel=1e-6)
+    assert 0.0 < expected < 1.0
 
 
 def test_lr_and_clip_anneal_linearly_to_zero() -> None:

@@ -91,10 +91,22 @@ def explained_variance(ret: Tensor, value: Tensor) -> float:
     SB3 reports NaN for constant returns (e.g. a minibatch of one); 0 keeps the stats
     NaN-free, so one such minibatch does not turn the mean over an update into NaN.
     """
-    ret_var = float(ret.var(correction=0))
+    ret_var, residual_var = variances(ret, value).tolist()
+    return explained_from(ret_var, residual_var)
+
+
+def variances(ret: Tensor, value: Tensor) -> Tensor:
+    """``[Var(ret), Var(ret - value)]``: what :func:`explained_from` takes, as one tensor a
+    policy can read back together with its other statistics."""
+    with torch.no_grad():
+        return torch.stack([ret.var(correction=0), (ret - value).var(correction=0)])
+
+
+def explained_from(ret_var: float, residual_var: float) -> float:
+    """:func:`explained_variance` from the two variances."""
     if ret_var == 0.0:
         return 0.0
-    return 1.0 - float((ret - value).var(correction=0)) / ret_var
+    return 1.0 - residual_var / ret_var
 
 
 def _action_dim(action_space: gym.Space[Any], algo: str) -> int:
@@ -225,13 +237,17 @@ class ActorCriticPolicy(Policy[TStats], ABC):
             return logp_all.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
         return self._gaussian_logp(out, actions)
 
-    def log_prob_entropy(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
-        """Log-probability of ``actions`` and entropy of the current policy at ``obs``."""
+    def log_prob_entropy(
+        self, obs: Tensor, actions: Tensor, *, entropy_grad: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """Log-probability of ``actions`` and entropy of the current policy at ``obs``; with
+        ``entropy_grad=False`` the entropy is computed outside autograd (a reported value)."""
         out = self.actor(obs)
         if self.discrete:
             logp_all = out.log_softmax(dim=-1)
             logp = logp_all.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
             return logp, entropy
         entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
         return self._gaussian_logp(out, actions), entropy

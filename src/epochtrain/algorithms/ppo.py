@@ -30,8 +30,9 @@ from epochtrain.algorithms.a2c import A2CTrainingStats
 from epochtrain.algorithms.actor_critic import (
     ActorCriticPolicy,
     AdvantageConfig,
-    explained_variance,
+    explained_from,
     obs_tensor,
+    variances,
 )
 from epochtrain.algorithms.base import resolve_config
 from epochtrain.config import param
@@ -136,7 +137,9 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         )
         obs = obs_tensor(batch.obs)
         adv = self.advantages(batch)
-        logp, entropy = self.log_prob_entropy(obs, batch.act)
+        # with ent_coef 0 the entropy is only reported: no gradient flows through it, and
+        # leaving the exact 0 term out of the loss changes no bit of the loss or the weights
+        logp, entropy = self.log_prob_entropy(obs, batch.act, entropy_grad=self.ent_coef != 0)
         log_ratio = logp - old_logp
         ratio = log_ratio.exp()
         clip = self.clip_range_now
@@ -145,21 +148,26 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         value = self.value(obs)
         loss_critic = F.mse_loss(value, ret)
         loss_entropy = -entropy.mean()
-        loss = loss_actor + self.vf_coef * loss_critic + self.ent_coef * loss_entropy
+        loss = loss_actor + self.vf_coef * loss_critic
+        if self.ent_coef != 0:
+            loss = loss + self.ent_coef * loss_entropy
         self.optimize("ppo", loss, max_grad_norm=self.max_grad_norm)
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()
             clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
+            scalars = [loss, loss_actor, loss_critic, loss_entropy, approx_kl, clip_fraction]
+            # one read-back, not eight
+            values = torch.cat([torch.stack(scalars), variances(ret, value)]).tolist()
         single = SequenceSummaryStats.single
         return PPOTrainingStats(
-            loss=single(loss.item()),
-            loss_actor=single(loss_actor.item()),
-            loss_critic=single(loss_critic.item()),
-            loss_entropy=single(loss_entropy.item()),
-            approx_kl=single(approx_kl.item()),
-            clip_fraction=single(clip_fraction.item()),
-            explained_variance=single(explained_variance(ret, value.detach())),
-            entropy=single(-loss_entropy.item()),
+            loss=single(values[0]),
+            loss_actor=single(values[1]),
+            loss_critic=single(values[2]),
+            loss_entropy=single(values[3]),
+            approx_kl=single(values[4]),
+            clip_fraction=single(values[5]),
+            explained_variance=single(explained_from(values[6], values[7])),
+            entropy=single(-values[3]),
         )
 
     def get_extra_state(self) -> dict[str, Any]:
