@@ -63,6 +63,20 @@ def test_a_two_run_sweep_on_ray_equals_the_lockstep_backend(tmp_path: Path) -> N
     assert index["runs"] == [s.run_id for s in specs]
 
 
+def test_runs_one_after_another_on_a_reused_actor_equal_the_lockstep_backend(
+    tmp_path: Path,
+) -> None:
+    # workers=1: the second trial runs on the first one's actor, through reset_config
+    specs = grid(["ppo"], ["CartPole-v1"], [2, 3], **FAST)
+    run_experiment(specs, tmp_path / "ray", backend="ray", workers=1, show_progress=False)
+    run_experiment(specs, tmp_path / "lockstep", show_progress=False)
+    assert results(tmp_path / "ray") == results(tmp_path / "lockstep")
+    pids = set()
+    for trial_result in (tmp_path / "ray" / ".tune").glob("sweep-*/*/result.json"):
+        pids |= {json.loads(line)["pid"] for line in trial_result.read_text().splitlines()}
+    assert len(pids) == 1, f"the trials ran in {len(pids)} actors, not one reused actor"
+
+
 def _without_times_text(text: str) -> list[dict[str, Any]]:
     records = [json.loads(line) for line in text.splitlines()]
     return [
