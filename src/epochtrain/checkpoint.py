@@ -230,9 +230,16 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
             fix="free disk space and save again; the previous checkpoint is untouched",
         )
         _fsync_dir(tmp)
-        _swap_into_place(tmp, path)
     except BaseException:
         remove_dir(tmp)
+        raise
+    try:
+        _swap_into_place(tmp, path)
+    except BaseException:
+        if tmp.exists():  # the swap did not happen: the previous checkpoint is in place
+            remove_dir(tmp)
+        else:  # a Ctrl-C held during the swap, raised once the new checkpoint was in place
+            trainer.last_checkpoint = path
         raise
     trainer.last_checkpoint = path
     return path
