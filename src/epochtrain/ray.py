@@ -241,10 +241,8 @@ class EpochTrainable(tune.Trainable):
         root = Path(checkpoint)
         meta = read_json(root / _TRIAL_FILE)
         if meta.get("trial_id") == self.trial_id:
-            if self._trainer is None and self.run_dir is not None:
-                _take_over_lock(self.run_dir / CHECKPOINTS)  # before the build loads from it
-            if self.trainer.checkpoint_dir is not None:
-                _take_over_lock(self.trainer.checkpoint_dir)
+            if self.run_dir is not None:  # the only trials with a checkpoint_dir
+                _take_over_lock(self.run_dir / CHECKPOINTS)  # before a build loads from it
             self.trainer.load_checkpoint(root / _CHECKPOINT)
             self.wall_time = float(meta.get("wall_time", 0.0))
         else:
