@@ -398,3 +398,50 @@ def test_n_step_rejects_bad_n_and_batches_without_index() -> None:
     batch.index = None
     with pytest.raises(ValueError, match="index"):
         buf.n_step_batch(batch, 2, 0.9)
+
+
+def _n_step_fields(buf: ReplayBuffer, n_step: int, gamma: float) -> list[bytes]:
+    nb = _n_step(buf, list(range(len(buf))), n_step, gamma)
+    assert isinstance(nb.obs_next, torch.Tensor) and nb.discount is not None
+    return [t.numpy().tobytes() for t in (nb.rew, nb.terminated, nb.obs_next, nb.discount)]
+
+
+def _from_scratch(buf: ReplayBuffer, n_step: int, gamma: float) -> list[bytes]:
+    """The same fields from a copy of ``buf`` that computes every n-step sum anew."""
+    fresh = ReplayBuffer(buf.capacity, buf.num_envs)
+    fresh.load_state_dict(buf.state_dict())
+    fresh._rows_written = buf._rows_written
+    return _n_step_fields(fresh, n_step, gamma)
+
+
+@pytest.mark.parametrize(("num_envs", "rows", "n_step"), [(1, 5, 3), (1, 40, 3), (3, 7, 9)])
+def test_n_step_sums_kept_up_to_date_between_calls_equal_sums_computed_anew(
+    num_envs: int, rows: int, n_step: int
+) -> None:
+    rng = np.random.default_rng(num_envs * 100 + rows)
+    buf = ReplayBuffer(rows * num_envs, num_envs)
+    mark = None
+    for step in range(6 * rows):
+        rew = rng.normal(size=num_envs).astype(np.float32)
+        rew[rng.random(num_envs) < 0.05] = np.nan  # never used past an episode's end
+        rew[rng.random(num_envs) < 0.05] = -0.0
+        buf.add(
+            obs=rng.normal(size=(num_envs, 2)),
+            act=rng.integers(0, 2, size=num_envs),
+            rew=rew,
+            terminated=rng.random(num_envs) < 0.15,
+            truncated=rng.random(num_envs) < 0.1,
+            obs_next=rng.normal(size=(num_envs, 2)),
+        )
+        if step % 11 == 3:
+            mark = buf.mark()
+        elif step % 11 == 9 and mark is not None:
+            buf.rewind(mark)  # rows change other than by add: the sums are refilled
+        elif step == 4 * rows:
+            buf.clear()
+            continue
+        if step % 3 != 1:  # several adds between some calls, one between others
+            assert _n_step_fields(buf, n_step, 0.9) == _from_scratch(buf, n_step, 0.9)
+    # another (n_step, gamma) on the same buffer is computed for itself
+    assert _n_step_fields(buf, 2, 0.5) == _from_scratch(buf, 2, 0.5)
+    assert _n_step_fields(buf, n_step, 0.9) == _from_scratch(buf, n_step, 0.9)

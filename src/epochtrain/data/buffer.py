@@ -30,6 +30,8 @@ BUFFER_FORMAT_VERSION = 1
 
 ObsArray = np.ndarray | dict[str, Any]
 _FIXED = ("act", "rew", "terminated", "truncated", "valid")
+_SCALAR_ROWS = 16
+"""Up to this many transitions an n-step refresh loops over numpy scalars, not arrays."""
 
 
 def _alloc(example: np.ndarray, rows: int, num_envs: int) -> Tensor:
@@ -114,6 +116,10 @@ class ReplayBuffer:
         self._n_invalid = 0
         self._rows_written = 0  # since construction: lets rewind() tell what was overwritten
         self._clears = 0
+        # bumped whenever rows change other than by add() (clear, rewind, a load): the
+        # n-step table is then refilled instead of brought up to date
+        self._layout = 0
+        self._n_step: _NStepTable | None = None
         self._storage: dict[str, Any] | None = None
         self._views: dict[str, Any] = {}
         self._flat: dict[str, Any] = {}  # the views as [rows * envs, ...]: sampling gathers
@@ -194,6 +200,7 @@ class ReplayBuffer:
         self._set_storage(storage)
 
     def _set_storage(self, storage: dict[str, Any]) -> None:
+        self._layout += 1
         self._storage = storage
         self._views = {k: _numpy_views(v) for k, v in storage.items()}
         self._flat = {k: _flat_views(v) for k, v in self._views.items()}
@@ -202,6 +209,7 @@ class ReplayBuffer:
     def clear(self) -> None:
         """Forget every transition (storage stays allocated)."""
         self._clears += 1
+        self._layout += 1
         self._cursor = 0
         self._size = 0
         self._n_invalid = 0
@@ -293,40 +301,105 @@ class ReplayBuffer:
         ``terminated`` and ``truncated`` are those of the last step used, and
         ``discount`` is ``gamma**m`` (0 when that step terminated), the factor on the
         bootstrap value of ``obs_next``. ``obs``, ``act`` and the extras are unchanged.
-        Vectorised over the batch: the only loop runs over ``k < n_step``.
+
+        The sums are kept in a table per ``(n_step, gamma)`` beside the storage and brought
+        up to date on each call for the rows written since the last one (and the
+        ``n_step - 1`` before them, whose windows reach the new rows), so a call gathers
+        instead of summing; the first call, or one after ``clear``, ``rewind`` or a load,
+        fills the whole table once.
         """
         if not isinstance(n_step, int) or n_step < 1:
             raise ValueError(f"n_step must be a positive int, got {n_step!r}")
         if batch.index is None:
             raise ValueError("batch.index is None: pass a batch from sample() or get()")
-        assert self._storage is not None
+        table = self._n_step_table(n_step, gamma)
+        f = self._flat
+        index = batch.index.cpu().numpy()
+        last = table.last[index]
+        result = replace(
+            batch,
+            rew=torch.from_numpy(table.ret[index]),
+            terminated=torch.from_numpy(f["terminated"][last]),
+            truncated=torch.from_numpy(f["truncated"][last]),
+            obs_next=_gather(f["obs_next"], last),
+            discount=torch.from_numpy(table.discount[index]),
+        )
+        return result if self.device.type == "cpu" else result.to(self.device)
+
+    def _n_step_table(self, n_step: int, gamma: float) -> _NStepTable:
+        """The n-step table of ``(n_step, gamma)``, up to date with the storage."""
+        if self._storage is None:
+            raise ValueError("the buffer is empty: collect data before reading it")
+        table, n, rows = self._n_step, self.num_envs, self.rows
+        new = self._rows_written - (table.rows_written if table is not None else 0)
+        if (
+            table is None
+            or (table.n_step, table.gamma) != (n_step, gamma)
+            or table.layout != self._layout
+            or new + n_step - 1 >= rows
+        ):
+            table = _NStepTable.empty(n_step, gamma, rows * n, self._layout)
+            flat = np.arange(rows * n)
+        elif new:
+            # rows t whose window t .. t + n_step - 1 holds a row written since: the new
+            # rows and the n_step - 1 before them (no other row's window or end changed)
+            t = (self._cursor - new - (n_step - 1) + np.arange(new + n_step - 1)) % rows
+            flat = (t[:, None] * n + np.arange(n)).reshape(-1)
+        else:
+            return table
+        if len(flat) <= _SCALAR_ROWS:
+            for i in flat.tolist():
+                table.ret[i], table.last[i], table.discount[i] = self._n_step_row(i, n_step, gamma)
+        else:
+            ret, last, discount = self._n_step_rows(flat, n_step, gamma)
+            table.ret[flat], table.last[flat], table.discount[flat] = ret, last, discount
+        table.rows_written = self._rows_written
+        self._n_step = table
+        return table
+
+    def _n_step_rows(
+        self, index: np.ndarray, n_step: int, gamma: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Discounted sums, flat index of the last step used, and bootstrap factors of the
+        transitions at flat ``index`` (see :meth:`n_step_batch`)."""
         f, n = self._flat, self.num_envs
         rew, term, trunc = f["rew"], f["terminated"], f["truncated"]
         total = self.rows * n
-        index = batch.index.cpu().numpy()
         # rows from t to the newest written one (cursor - 1), t included
         available = (self._cursor - 1 - index // n) % self.rows + 1
         ret = rew[index]  # k = 0, always used (a new array)
         steps = np.ones(index.shape, dtype=np.int64)
         active = ~(term[index] | trunc[index]) & (available > 1)
-        for k in range(1, n_step):  # numpy: a few microseconds per op on a minibatch
+        for k in range(1, n_step):  # numpy: a few microseconds per op
             flat = (index + k * n) % total  # row t + k of the same env, wrapped
             ret += np.where(active, gamma**k * rew[flat], np.float32(0.0))
             steps += active
             if k + 1 < n_step:  # the last step's end flags decide nothing
                 active &= ~(term[flat] | trunc[flat]) & (k + 1 < available)
         last = (index + (steps - 1) * n) % total
-        terminated = term[last]
-        discount = np.where(terminated, 0.0, np.power(gamma, steps, dtype=np.float64))
-        result = replace(
-            batch,
-            rew=torch.from_numpy(ret),
-            terminated=torch.from_numpy(terminated),
-            truncated=torch.from_numpy(trunc[last]),
-            obs_next=_gather(f["obs_next"], last),
-            discount=torch.from_numpy(discount.astype(np.float32)),
-        )
-        return result if self.device.type == "cpu" else result.to(self.device)
+        discount = np.where(term[last], 0.0, np.power(gamma, steps, dtype=np.float64))
+        return ret, last, discount.astype(np.float32)
+
+    def _n_step_row(self, i: int, n_step: int, gamma: float) -> tuple[np.float32, int, float]:
+        """:meth:`_n_step_rows` for one flat index, with numpy scalars: the same float32
+        operations in the same order (so the same bits), without an array op's overhead
+        (an env step of one env refreshes ``n_step`` rows)."""
+        f, n = self._flat, self.num_envs
+        rew, term, trunc = f["rew"], f["terminated"], f["truncated"]
+        total = self.rows * n
+        available = (self._cursor - 1 - i // n) % self.rows + 1
+        ret = rew[i]
+        steps = 1
+        active = not (term[i] or trunc[i]) and available > 1
+        for k in range(1, n_step):
+            flat = (i + k * n) % total
+            # an unused step adds +0.0, as the array version's where(): -0.0 becomes 0.0
+            ret = ret + (np.float32(gamma**k) * rew[flat] if active else np.float32(0.0))
+            steps += active
+            if k + 1 < n_step:
+                active = active and not (term[flat] or trunc[flat]) and k + 1 < available
+        last = (i + (steps - 1) * n) % total
+        return ret, last, 0.0 if term[last] else float(np.float32(gamma**steps))
 
     def rollout(self) -> Batch:
         """Every stored transition shaped ``[time, env]``, oldest row first."""
@@ -427,6 +500,7 @@ class ReplayBuffer:
                 return full
 
             storage = {k: _obs_index(v, own) for k, v in storage.items()}
+        self._layout += 1
         self._cursor = int(state["cursor"])
         self._size = int(state["size"])
         self._row_invalid = [0] * self.rows
@@ -460,6 +534,7 @@ class ReplayBuffer:
             overwritten = [row for row in rewound if row < mark.size]
         self._cursor, self._size, self._rows_written = mark.cursor, mark.size, mark.rows_written
         self._clears = mark.clears
+        self._layout += 1
         self._row_invalid = list(mark.row_invalid)
         if overwritten and self._storage is not None:
             self._storage["valid"][overwritten] = False
@@ -527,6 +602,33 @@ class ReplayBuffer:
         from epochtrain.data.minari import load_minari_buffer  # optional extra, loaded late
 
         return load_minari_buffer(dataset, device=device)
+
+
+@dataclass
+class _NStepTable:
+    """Per-transition n-step sums of a buffer for one ``(n_step, gamma)``, flat-indexed."""
+
+    n_step: int
+    gamma: float
+    layout: int
+    """The buffer's layout counter when the table was filled (a change refills it)."""
+    rows_written: int
+    """The buffer's rows written when the table was last brought up to date."""
+    ret: np.ndarray
+    last: np.ndarray
+    discount: np.ndarray
+
+    @classmethod
+    def empty(cls, n_step: int, gamma: float, size: int, layout: int) -> _NStepTable:
+        return cls(
+            n_step,
+            gamma,
+            layout,
+            0,
+            np.zeros(size, dtype=np.float32),
+            np.zeros(size, dtype=np.int64),
+            np.zeros(size, dtype=np.float32),
+        )
 
 
 @dataclass(frozen=True)
