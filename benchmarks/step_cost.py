@@ -6,7 +6,11 @@ step of
 
 * ``epochtrain``: what the off-policy trainer runs per gradient step, ``buffer.sample`` ->
   ``Policy.process_sample`` -> ``Policy.learn`` -> ``Policy.post_learn`` (PPO: ``learn``
-  on a minibatch of a processed rollout), stats included;
+  on a minibatch of a processed rollout), stats included. Between gradient steps it also
+  writes env steps into the buffer as the tuned settings' collect steps do
+  (``WRITES``: DQN 256 env steps before every 128 gradient steps, SAC 2 before each, TD3
+  1), so the buffer's n-step sums are brought up to date as in training; the writes are
+  the collector's work in a real run and are charged to this contender all the same;
 * ``minimal``: one hand-written function with copies of the same networks, the same loss
   and the same optimizer settings (fused Adam, gradient clipping, target updates), fed by
   ``torch.randint`` indexing into flat tensors (CleanRL's replay), no stats read back.
@@ -67,6 +71,11 @@ COLLECT_ALGOS = ("dqn", "ppo", "sac", "td3")
 ENVS = {"dqn": "CartPole-v1", "dqn-per": "CartPole-v1", "dqn-plain": "CartPole-v1",
         "ppo": "CartPole-v1",
         "sac": "Pendulum-v1", "td3": "Pendulum-v1"}  # fmt: skip
+WRITES = {"dqn": (256, 128), "dqn-per": (256, 128), "dqn-plain": (256, 128), "sac": (2, 1),
+          "td3": (1, 1)}  # fmt: skip
+"""``(env steps, gradient steps)``: a collect step's env steps written to the buffer
+before that many gradient steps, as the tuned settings' ``step_per_collect`` and
+``update_per_step`` do."""
 BATCH = {"dqn": 64, "dqn-per": 64, "dqn-plain": 64, "ppo": 256, "sac": 256, "td3": 256}
 """Minibatch sizes of the tuned settings."""
 
@@ -279,6 +288,15 @@ class GradContenders:
         collector.collect(n_step=5_000, random=True)
         env.close()
         self.policy, self.buffer = policy, buffer
+        # rows re-written one by one before each gradient step, as the collector would
+        pool = buffer.get(torch.arange(1_000))
+        self.rows = [
+            (pool.obs[i : i + 1].numpy(), pool.act[i : i + 1].numpy(),
+             pool.rew[i : i + 1].numpy(), pool.terminated[i : i + 1].numpy(),
+             pool.truncated[i : i + 1].numpy(), pool.obs_next[i : i + 1].numpy())
+            for i in range(1_000)
+        ]  # fmt: skip
+        self.next_row = self.steps = 0
         # the minimal replay: flat tensors of 20,000 transitions drawn from the same buffer
         # (3-step, and importance-weighted for prioritized DQN), indexed with torch.randint
         store = policy.process_sample(ReplayBuffer.sample(buffer, 20_000), buffer)
@@ -298,6 +316,12 @@ class GradContenders:
             idx = torch.randint(len(self.rollout), (self.bs,))
             self.policy.learn(self.rollout.map(lambda t: t[idx]))
             return
+        rows, every = WRITES[self.algo]
+        if self.steps % every == 0:
+            for _ in range(rows):
+                self.buffer.add(*self.rows[self.next_row])
+                self.next_row = (self.next_row + 1) % len(self.rows)
+        self.steps += 1
         batch = self.policy.process_sample(self.buffer.sample(self.bs), self.buffer)
         self.policy.learn(batch)
         self.policy.post_learn(batch, self.buffer)
