@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["MLP", "QCritic", "box_bounds", "flat_dim", "soft_update", "soft_update_pairs"]
+__all__ = ["MLP", "QCritic", "SoftUpdate", "box_bounds", "flat_dim", "soft_update", "soft_update_pairs"]
 
 
 def flat_dim(space: gym.Space[Any]) -> int:
@@ -74,26 +74,53 @@ def soft_update_pairs(pairs: Sequence[tuple[nn.Module, nn.Module]], tau: float) 
     One fused ``_foreach_lerp_`` over all parameters (bitwise the same as a ``lerp_`` per
     parameter) instead of one ``lerp_`` call per tensor.
     """
-    targets: list[Tensor] = []
-    onlines: list[Tensor] = []
-    target_bufs: list[Tensor] = []
-    online_bufs: list[Tensor] = []
-    for online, target in pairs:
-        target_params, target_buffers = _tensors(target)
-        online_params, online_buffers = _tensors(online)
-        if len(target_params) != len(online_params) or len(target_buffers) != len(online_buffers):
-            raise ValueError(
-                f"soft update: the target {type(target).__name__} and the online "
-                f"{type(online).__name__} differ in their parameters or buffers"
-            )
-        targets += target_params
-        onlines += online_params
-        target_bufs += target_buffers
-        online_bufs += online_buffers
-    if targets:
-        torch._foreach_lerp_(targets, onlines, tau)
-    for tb, ob in zip(target_bufs, online_bufs, strict=True):
-        tb.copy_(ob)
+    SoftUpdate(pairs)(tau)
+
+
+class SoftUpdate:
+    """:func:`soft_update_pairs` of fixed ``(online, target)`` pairs, the tensors listed once.
+
+    Walking the networks for their parameters costs about as much as the lerp itself, on
+    every gradient step; this walks them when built. It keeps the network objects, so
+    :meth:`serves` tells whether a policy's pairs are still these (a network replaced by
+    assignment needs a new ``SoftUpdate``). The tensors are the networks' own, so loading
+    weights or moving the networks to a device (both in place) keeps it valid.
+    """
+
+    def __init__(self, pairs: Sequence[tuple[nn.Module, nn.Module]]) -> None:
+        self.pairs = list(pairs)
+        self.targets: list[Tensor] = []
+        self.onlines: list[Tensor] = []
+        self.target_bufs: list[Tensor] = []
+        self.online_bufs: list[Tensor] = []
+        for online, target in self.pairs:
+            target_params, target_buffers = _tensors(target)
+            online_params, online_buffers = _tensors(online)
+            if len(target_params) != len(online_params) or len(target_buffers) != len(
+                online_buffers
+            ):
+                raise ValueError(
+                    f"soft update: the target {type(target).__name__} and the online "
+                    f"{type(online).__name__} differ in their parameters or buffers"
+                )
+            self.targets += target_params
+            self.onlines += online_params
+            self.target_bufs += target_buffers
+            self.online_bufs += online_buffers
+
+    def serves(self, pairs: Sequence[tuple[nn.Module, nn.Module]]) -> bool:
+        """Whether ``pairs`` are the very network objects this was built for."""
+        return len(pairs) == len(self.pairs) and all(
+            a is c and b is d for (a, b), (c, d) in zip(pairs, self.pairs, strict=True)
+        )
+
+    @torch.no_grad()
+    def __call__(self, tau: float) -> None:
+        """``target <- (1 - tau) * target + tau * online`` for every pair; buffers copied."""
+        if self.targets:
+            torch._foreach_lerp_(self.targets, self.onlines, tau)
+        for tb, ob in zip(self.target_bufs, self.online_bufs, strict=True):
+            tb.copy_(ob)
 
 
 def _tensors(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from epochtrain.config import Config
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.errors import NonFiniteError
+from epochtrain.nets import SoftUpdate
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -146,6 +147,7 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         trainer sets it from ``on_nonfinite``."""
         self.skipped_steps = 0
         """Optimizer steps skipped for a non-finite loss or gradient norm."""
+        self._soft_update: SoftUpdate | None = None
 
     @abstractmethod
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
@@ -175,6 +177,17 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """``(online, target)`` network pairs, for target updates by hooks; default none."""
         return []
+
+    def soft_update_targets(self, tau: float) -> None:
+        """Polyak update of every :meth:`target_pairs` pair with rate ``tau``.
+
+        The parameter lists are built on the first call and again whenever a pair's
+        network object changed (:class:`~epochtrain.nets.SoftUpdate`).
+        """
+        pairs = self.target_pairs()
+        if self._soft_update is None or not self._soft_update.serves(pairs):
+            self._soft_update = SoftUpdate(pairs)
+        self._soft_update(tau)
 
     def optimize(
         self,

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from epochtrain.algorithms.base import Policy, TrainerKind, bootstrap_discount, n_step_sample
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update_pairs
+from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
     def update_actor(self, loss: Tensor) -> None:
         """One actor step on ``loss``, then Polyak updates of every target network."""
         self.optimize("actor", loss, max_grad_norm=self.max_grad_norm)
-        soft_update_pairs(self.target_pairs(), self.tau)
+        self.soft_update_targets(self.tau)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """The actor and each critic, each with its target network."""

@@ -45,7 +45,7 @@ from epochtrain.algorithms.base import (
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.data.buffer import ReplayBuffer
-from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim, soft_update
+from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
 __all__ = ["SAC", "SACBase", "SACConfig", "SACTrainingStats", "TSACStats"]
@@ -322,7 +322,7 @@ class SACBase(Policy[TSACStats], ABC):
 
     def update_targets(self) -> None:
         """Polyak update of the target critics with rate ``tau``."""
-        soft_update(self.critics_target, self.critics, self.tau)
+        self.soft_update_targets(self.tau)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """The twin critics and their target copies."""
