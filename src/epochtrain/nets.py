@@ -10,7 +10,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["MLP", "QCritic", "SoftUpdate", "box_bounds", "flat_dim", "soft_update", "soft_update_pairs"]
+__all__ = [
+    "MLP",
+    "QCritic",
+    "SoftUpdate",
+    "box_bounds",
+    "flat_dim",
+    "soft_update",
+    "soft_update_pairs",
+]
 
 
 def flat_dim(space: gym.Space[Any]) -> int:
