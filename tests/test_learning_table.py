@@ -61,7 +61,7 @@ def test_each_case_gets_the_tuned_preset_its_budget_and_no_early_stop(
     assert (dqn.seed, dqn.stop_at) == (3, None)
     assert dqn.trainer.max_epoch == (50_000 - 1000) // 1024  # whole epochs after the warm-up
     ppo = learning.case_spec(learning.CASES["ppo-cartpole"], 0)
-    assert ppo.trainer.max_epoch == 100_000 // 1024 and ppo.num_envs == 8
+    assert ppo.trainer.max_epoch == 100_000 // 512 and ppo.num_envs == 8
 
 
 def test_table_scores_the_last_test_and_counts_seeds_at_the_target(

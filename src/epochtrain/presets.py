@@ -44,20 +44,21 @@ _ALL = [
         {
             "num_envs": 8,
             "lr": 1e-3,
-            "gamma": 0.98,
-            "gae_lambda": 0.8,
+            "gamma": 0.99,
+            "gae_lambda": 0.95,
             "lr_anneal_steps": 100_000,
             "clip_anneal_steps": 100_000,
-            "max_epoch": 100,
-            "step_per_epoch": 1024,
+            "max_epoch": 200,
+            "step_per_epoch": 512,
             "step_per_collect": 256,
             "repeat_per_collect": 20,
             "batch_size": 256,
         },
-        "rl-baselines3-zoo ppo.yml CartPole-v1: 8 envs x 32 steps, batch 256, 20 epochs, "
-        "gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 linear over 1e5 steps; a test every "
-        "1,024 env steps (median env steps to 475 over 10 seeds: 14,336, 18,432 with a test "
-        "every 2,048)",
+        "rl-baselines3-zoo ppo.yml CartPole-v1 (8 envs x 32 steps, batch 256, 20 epochs, lr "
+        "1e-3 and clip 0.2 linear over 1e5 steps) with the general gamma 0.99 and GAE "
+        "lambda 0.95 instead of the zoo's 0.98 and 0.8, and a test every 512 env steps: "
+        "median env steps to 475 over seeds 0-39 about 5,100 (13,800 with the zoo's "
+        "gamma, lambda and a test every 1,024), 10/10 seeds at 500 after 100k",
     ),
     Preset(
         "ppo",
