@@ -21,6 +21,7 @@ from torch import Tensor
 
 from epochtrain.data.batch import EXTRA_FIELDS, Batch, Obs
 from epochtrain.data.io import safe_torch_load, write_durably
+from epochtrain.data.n_step import NStepTable, RingView, refresh
 from epochtrain.errors import CheckpointError
 
 __all__ = ["BUFFER_FORMAT_VERSION", "BufferMark", "ReplayBuffer"]
@@ -30,8 +31,6 @@ BUFFER_FORMAT_VERSION = 1
 
 ObsArray = np.ndarray | dict[str, Any]
 _FIXED = ("act", "rew", "terminated", "truncated", "valid")
-_SCALAR_ROWS = 16
-"""Up to this many transitions an n-step refresh loops over numpy scalars, not arrays."""
 
 
 def _alloc(example: np.ndarray, rows: int, num_envs: int) -> Tensor:
@@ -119,7 +118,7 @@ class ReplayBuffer:
         # bumped whenever rows change other than by add() (clear, rewind, a load): the
         # n-step table is then refilled instead of brought up to date
         self._layout = 0
-        self._n_step: _NStepTable | None = None
+        self._n_step: NStepTable | None = None
         self._storage: dict[str, Any] | None = None
         self._views: dict[str, Any] = {}
         self._flat: dict[str, Any] = {}  # the views as [rows * envs, ...]: sampling gathers
@@ -327,80 +326,23 @@ class ReplayBuffer:
         )
         return result if self.device.type == "cpu" else result.to(self.device)
 
-    def _n_step_table(self, n_step: int, gamma: float) -> _NStepTable:
+    def _n_step_table(self, n_step: int, gamma: float) -> NStepTable:
         """The n-step table of ``(n_step, gamma)``, up to date with the storage."""
         if self._storage is None:
             raise ValueError("the buffer is empty: collect data before reading it")
-        table, n, rows = self._n_step, self.num_envs, self.rows
-        new = self._rows_written - (table.rows_written if table is not None else 0)
-        if (
-            table is None
-            or (table.n_step, table.gamma) != (n_step, gamma)
-            or table.layout != self._layout
-            or new + n_step - 1 >= rows
-        ):
-            table = _NStepTable.empty(n_step, gamma, rows * n, self._layout)
-            flat = np.arange(rows * n)
-        elif new:
-            # rows t whose window t .. t + n_step - 1 holds a row written since: the new
-            # rows and the n_step - 1 before them (no other row's window or end changed)
-            t = (self._cursor - new - (n_step - 1) + np.arange(new + n_step - 1)) % rows
-            flat = (t[:, None] * n + np.arange(n)).reshape(-1)
-        else:
-            return table
-        if len(flat) <= _SCALAR_ROWS:
-            for i in flat.tolist():
-                table.ret[i], table.last[i], table.discount[i] = self._n_step_row(i, n_step, gamma)
-        else:
-            ret, last, discount = self._n_step_rows(flat, n_step, gamma)
-            table.ret[flat], table.last[flat], table.discount[flat] = ret, last, discount
-        table.rows_written = self._rows_written
-        self._n_step = table
-        return table
-
-    def _n_step_rows(
-        self, index: np.ndarray, n_step: int, gamma: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Discounted sums, flat index of the last step used, and bootstrap factors of the
-        transitions at flat ``index`` (see :meth:`n_step_batch`)."""
-        f, n = self._flat, self.num_envs
-        rew, term, trunc = f["rew"], f["terminated"], f["truncated"]
-        total = self.rows * n
-        # rows from t to the newest written one (cursor - 1), t included
-        available = (self._cursor - 1 - index // n) % self.rows + 1
-        ret = rew[index]  # k = 0, always used (a new array)
-        steps = np.ones(index.shape, dtype=np.int64)
-        active = ~(term[index] | trunc[index]) & (available > 1)
-        for k in range(1, n_step):  # numpy: a few microseconds per op
-            flat = (index + k * n) % total  # row t + k of the same env, wrapped
-            ret += np.where(active, gamma**k * rew[flat], np.float32(0.0))
-            steps += active
-            if k + 1 < n_step:  # the last step's end flags decide nothing
-                active &= ~(term[flat] | trunc[flat]) & (k + 1 < available)
-        last = (index + (steps - 1) * n) % total
-        discount = np.where(term[last], 0.0, np.power(gamma, steps, dtype=np.float64))
-        return ret, last, discount.astype(np.float32)
-
-    def _n_step_row(self, i: int, n_step: int, gamma: float) -> tuple[np.float32, int, float]:
-        """:meth:`_n_step_rows` for one flat index, with numpy scalars: the same float32
-        operations in the same order (so the same bits), without an array op's overhead
-        (an env step of one env refreshes ``n_step`` rows)."""
-        f, n = self._flat, self.num_envs
-        rew, term, trunc = f["rew"], f["terminated"], f["truncated"]
-        total = self.rows * n
-        available = (self._cursor - 1 - i // n) % self.rows + 1
-        ret = rew[i]
-        steps = 1
-        active = not (term[i] or trunc[i]) and available > 1
-        for k in range(1, n_step):
-            flat = (i + k * n) % total
-            # an unused step adds +0.0, as the array version's where(): -0.0 becomes 0.0
-            ret = ret + (np.float32(gamma**k) * rew[flat] if active else np.float32(0.0))
-            steps += active
-            if k + 1 < n_step:
-                active = active and not (term[flat] or trunc[flat]) and k + 1 < available
-        last = (i + (steps - 1) * n) % total
-        return ret, last, 0.0 if term[last] else float(np.float32(gamma**steps))
+        f = self._flat
+        ring = RingView(
+            f["rew"], f["terminated"], f["truncated"], self.rows, self.num_envs, self._cursor
+        )
+        self._n_step = refresh(
+            self._n_step,
+            ring,
+            n_step=n_step,
+            gamma=gamma,
+            rows_written=self._rows_written,
+            layout=self._layout,
+        )
+        return self._n_step
 
     def rollout(self) -> Batch:
         """Every stored transition shaped ``[time, env]``, oldest row first."""
@@ -603,33 +545,6 @@ class ReplayBuffer:
         from epochtrain.data.minari import load_minari_buffer  # optional extra, loaded late
 
         return load_minari_buffer(dataset, device=device)
-
-
-@dataclass
-class _NStepTable:
-    """Per-transition n-step sums of a buffer for one ``(n_step, gamma)``, flat-indexed."""
-
-    n_step: int
-    gamma: float
-    layout: int
-    """The buffer's layout counter when the table was filled (a change refills it)."""
-    rows_written: int
-    """The buffer's rows written when the table was last brought up to date."""
-    ret: np.ndarray
-    last: np.ndarray
-    discount: np.ndarray
-
-    @classmethod
-    def empty(cls, n_step: int, gamma: float, size: int, layout: int) -> _NStepTable:
-        return cls(
-            n_step,
-            gamma,
-            layout,
-            0,
-            np.zeros(size, dtype=np.float32),
-            np.zeros(size, dtype=np.int64),
-            np.zeros(size, dtype=np.float32),
-        )
 
 
 @dataclass(frozen=True)
