@@ -35,21 +35,39 @@ def _filled(capacity: int, num_envs: int, n_rows: int, **kwargs: Any) -> Priorit
 
 
 # ----------------------------------------------------------------------- sum tree
-def test_sum_tree_sums_and_finds_like_a_cumulative_sum() -> None:
+TREE_SHAPES = [
+    pytest.param({}, id="default"),  # small trees: the leaves are the top level
+    pytest.param({"branching": 2, "top_width": 1}, id="binary"),
+    pytest.param({"branching": 4, "top_width": 3}, id="4-ary"),
+    pytest.param({"branching": 8, "top_width": 2}, id="8-ary"),
+]
+
+
+@pytest.mark.parametrize("shape", TREE_SHAPES)
+@pytest.mark.parametrize("n", [13, 1000])
+def test_sum_tree_sums_and_finds_like_a_cumulative_sum(shape: dict[str, int], n: int) -> None:
     rng = np.random.default_rng(0)
-    tree = SumTree(13)  # not a power of two: padded leaves stay 0
-    values = rng.uniform(0.0, 5.0, size=13)
+    tree = SumTree(n, **shape)  # not a power of the branching: padded leaves stay 0
+    values = rng.uniform(0.0, 5.0, size=n)
     values[[2, 7]] = 0.0
-    tree.update(np.arange(13), values)
+    values[n - 3 :] = 0.0  # zeros at the end, next to the padding
+    tree.update(np.arange(n), values)
     assert tree.total == pytest.approx(values.sum())
+    assert np.array_equal(tree.leaves, values)
     prefix = rng.uniform(0.0, tree.total, size=1000)
     expected = np.searchsorted(np.cumsum(values), prefix, side="right")
     assert np.array_equal(tree.find(prefix), expected)
+    leaf, found, smallest = tree.stratified(rng.uniform(size=64))
+    assert np.array_equal(found, values[leaf]) and smallest == found.min() > 0
+    assert np.all(np.diff(leaf) >= 0)  # one draw per slice, in order
 
 
-def test_sum_tree_repeated_updates_keep_the_last_and_match_a_rebuild() -> None:
+@pytest.mark.parametrize("shape", TREE_SHAPES)
+def test_sum_tree_repeated_updates_keep_the_last_and_match_a_rebuild(
+    shape: dict[str, int],
+) -> None:
     rng = np.random.default_rng(1)
-    tree, rebuilt = SumTree(100), SumTree(100)
+    tree, rebuilt = SumTree(100, **shape), SumTree(100, **shape)
     for _ in range(50):
         index = rng.integers(0, 100, size=16)  # repeats included
         tree.update(index, rng.uniform(0.0, 3.0, size=16))
@@ -59,20 +77,106 @@ def test_sum_tree_repeated_updates_keep_the_last_and_match_a_rebuild() -> None:
     assert np.array_equal(tree.nodes, rebuilt.nodes)  # bit for bit: exact resume
 
 
-def test_sum_tree_never_finds_a_zero_leaf_even_at_the_top_of_the_range() -> None:
-    tree = SumTree(6)
+@pytest.mark.parametrize("shape", TREE_SHAPES)
+def test_sum_tree_never_finds_a_zero_leaf_even_at_the_top_of_the_range(
+    shape: dict[str, int],
+) -> None:
+    tree = SumTree(6, **shape)
     tree.update(np.arange(6), np.array([0.1, 0.0, 0.2, 0.0, 0.3, 0.0]))
     top = np.nextafter(tree.total, 0.0)
     prefix = np.array([0.0, 0.1, 0.1 + 1e-17, 0.3, top, tree.total * (1 + 1e-12)])
     found = tree.find(prefix)
     assert np.all(tree.leaves[found] > 0)
     assert found.tolist()[:2] == [0, 2] and found[-1] == 4
+    leaf, _, _ = tree.stratified(np.nextafter(1.0, 0.0) * np.ones(7))  # the top of each slice
+    assert np.all(tree.leaves[leaf] > 0) and leaf[-1] == 4
 
 
-def test_single_leaf_tree() -> None:
-    tree = SumTree(1)
+@pytest.mark.parametrize("shape", TREE_SHAPES)
+def test_single_leaf_tree(shape: dict[str, int]) -> None:
+    tree = SumTree(1, **shape)
     tree.update(np.array([0]), np.array([2.5]))
     assert tree.total == 2.5 and tree.find(np.array([0.0, 2.4])).tolist() == [0, 0]
+
+
+def test_sum_tree_levels_follow_branching_and_top_width() -> None:
+    assert SumTree(4096).depth == 0  # defaults: the leaves are searched directly
+    assert SumTree(100_000).depth == 1 and SumTree(1_000_000).depth == 2
+    tree = SumTree(1000, branching=4, top_width=10)  # 1000 -> 250 -> 63 -> 16 -> 4
+    assert tree.depth == 4
+    with pytest.raises(ValueError, match="branching"):
+        SumTree(10, branching=3)
+    with pytest.raises(ValueError, match="nothing to draw"):
+        tree.find(np.array([0.0]))  # every leaf is 0
+
+
+def test_sum_tree_search_at_a_rounded_row_end_falls_back_to_a_positive_leaf(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a row whose running sum is exactly 1.0 while numpy's sum (pairwise) adds the small
+    # values first: the parent is a little above 1.0, so a prefix just below the parent
+    # passes the end of the row's running sum, and the row's first child is 0
+    row = np.array([0.0, 1.0] + [1e-16] * 30)
+    tree = SumTree(64, branching=32, top_width=2)
+    tree.update(np.arange(64), np.concatenate([row, np.ones(32)]))
+    parent = tree.nodes[64]  # the top level: the sums of the two rows
+    if not parent > np.cumsum(row)[-1]:
+        pytest.skip("numpy sums this row in order: no rounded row end to test")
+    search = tree._search
+    clamps: list[bool] = []
+
+    def spy(prefix: np.ndarray, *, clamp: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+        clamps.append(clamp)
+        return search(prefix, clamp=clamp)
+
+    monkeypatch.setattr(tree, "_search", spy)
+    assert tree.find(np.array([np.nextafter(parent, 0.0), 0.5])).tolist() == [1, 1]
+    assert clamps == [False, True]  # the first pass ended on leaf 0: searched again
+    u = np.array([(1.0 + 1.5e-15) / tree.total])  # a single draw inside that window
+    assert 1.0 < u[0] * tree.total < parent
+    leaf, found, smallest = tree.stratified(u)
+    assert leaf.tolist() == [1] and found.tolist() == [1.0] and smallest == 1.0
+    assert clamps == [False, True, False, True]
+
+
+@pytest.mark.parametrize("shape", TREE_SHAPES[1:])
+def test_sum_tree_draws_follow_the_leaf_values(shape: dict[str, int]) -> None:
+    rng = np.random.default_rng(2)
+    values = rng.uniform(0.2, 4.0, size=300)
+    values[rng.choice(300, size=30, replace=False)] = 0.0
+    tree = SumTree(300, **shape)
+    tree.set_all(values)
+    # independent prefixes: the counts are multinomial, a plain chi-square test
+    counts = np.zeros(300)
+    for _ in range(200):
+        counts += np.bincount(tree.find(rng.uniform(0.0, tree.total, size=500)), minlength=300)
+    _assert_frequencies(counts, values)
+    # stratified draws: less spread than independent ones, so the same bound holds
+    counts = np.zeros(300)
+    for _ in range(200):
+        leaf, found, _ = tree.stratified(rng.uniform(size=500))
+        assert np.array_equal(found, values[leaf])
+        counts += np.bincount(leaf, minlength=300)
+    _assert_frequencies(counts, values)
+    # the middle of each slice, exactly where the running sum puts it
+    n = 1000
+    middle = (np.arange(n) + 0.5) * (tree.total / n)
+    expected = np.searchsorted(np.cumsum(values), middle, side="right")
+    assert np.array_equal(tree.stratified(np.full(n, 0.5))[0], expected)
+
+
+def _assert_frequencies(counts: np.ndarray, weights: np.ndarray) -> None:
+    """``counts`` of draws proportional to ``weights``: none where the weight is 0, and a
+    chi-square statistic within 6 standard deviations of its mean; every cell is
+    expected at least 20 times, so each must be drawn."""
+    keep = weights > 0
+    assert counts[~keep].sum() == 0
+    expected = counts.sum() * weights[keep] / weights[keep].sum()
+    assert expected.min() >= 20
+    assert counts[keep].min() > 0
+    chi2 = float((((counts[keep] - expected) ** 2) / expected).sum())
+    dof = int(keep.sum()) - 1
+    assert chi2 < dof + 6 * np.sqrt(2 * dof), (chi2, dof)
 
 
 # ----------------------------------------------------------------------- writing
@@ -122,6 +226,30 @@ def test_sampling_is_proportional_to_priority_and_skips_invalid_rows() -> None:
     assert counts / counts.sum() == pytest.approx(p / p.sum(), abs=0.01)
 
 
+def test_sampling_frequencies_match_the_priorities_in_a_multi_level_tree() -> None:
+    buf = PrioritizedReplayBuffer(6000, 2, alpha=0.6, beta=0.4)  # 6000 leaves: depth 1
+    assert buf.tree.depth == 1
+    rng = np.random.default_rng(3)
+    for t in range(3000):
+        buf.add(**_row(t, 2, valid=np.array([t % 7 != 3, True])))
+    valid = np.ones(6000, dtype=bool)
+    valid[0::2][np.arange(3000) % 7 == 3] = False  # env 0's invalid rows keep priority 0
+    td = rng.uniform(1.0, 10.0, size=6000)
+    buf.update_priorities(torch.arange(6000)[valid], torch.from_numpy(td[valid]))
+    p = np.where(valid, (td + buf.eps) ** 0.6, 0.0)
+    assert np.allclose(buf.priorities(torch.arange(6000)), p, rtol=1e-12, atol=0)
+    torch.manual_seed(0)
+    counts = np.zeros(6000)
+    for _ in range(150):
+        counts += np.bincount(buf.sample_indices(4096).numpy(), minlength=6000)
+    assert counts[p == 0].sum() == 0
+    _assert_frequencies(counts, p)
+    batch = buf.sample(256)
+    assert batch.index is not None and batch.weight is not None
+    drawn = torch.from_numpy(p)[batch.index]
+    assert torch.allclose(batch.weight, (drawn.min() / drawn).pow(buf.beta).float())
+
+
 def test_importance_weights_are_normalised_by_the_batch_maximum() -> None:
     buf = _filled(capacity=4, num_envs=1, n_rows=4, alpha=1.0, beta=0.5, beta_anneal_steps=0)
     buf.beta_anneal_steps = 10**9  # beta stays at 0.5 over the 4 added transitions
@@ -154,6 +282,11 @@ def test_update_priorities_checks_its_input() -> None:
         buf.update_priorities(torch.tensor([0, 1]), torch.tensor([1.0]))
     with pytest.raises(ValueError, match="NaN"):
         buf.update_priorities(torch.tensor([0]), torch.tensor([float("nan")]))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        buf.update_priorities(torch.tensor([0, 1]), torch.tensor([1.0, float("inf")]))
+    before = buf.priorities(np.arange(2)).copy()
+    buf.update_priorities(torch.tensor([], dtype=torch.long), torch.tensor([]))  # a no-op
+    assert np.array_equal(buf.priorities(np.arange(2)), before)
 
 
 @pytest.mark.parametrize(
@@ -226,3 +359,50 @@ def test_a_plain_buffer_file_loads_with_uniform_max_priorities(tmp_path: Path) -
     buf = PrioritizedReplayBuffer.load(tmp_path / "plain.pt")
     assert buf.priorities(torch.arange(8)).tolist() == [1, 1, 1, 0, 1, 1, 0, 0]
     assert buf.n_added == buf.n_valid == 5
+
+
+def test_a_state_in_the_binary_tree_format_loads_and_samples_the_same_distribution() -> None:
+    # the state as the binary-tree code wrote it: ReplayBuffer's state plus the filled
+    # rows' leaves (float64) and the settings; no internal nodes were ever saved
+    plain = ReplayBuffer(12, 2)
+    for t in range(5):
+        plain.add(**_row(t, 2, valid=np.array([t != 2, True])))
+    leaves = np.array([0.5, 1.0, 2.0, 0.25, 0.0, 3.0, 1.5, 1.0, 0.75, 2.5])
+    state = plain.state_dict()
+    state["prioritized"] = {
+        "alpha": 0.5,
+        "beta": 0.3,
+        "beta_anneal_steps": 1000,
+        "eps": 1e-6,
+        "max_priority": 9.0,
+        "n_added": 9,
+        "leaves": torch.from_numpy(leaves.copy()),
+    }
+    buf = PrioritizedReplayBuffer(12, 2)
+    buf.load_state_dict(state)
+    assert (buf.alpha, buf.beta_start, buf.max_priority, buf.n_added) == (0.5, 0.3, 9.0, 9)
+    assert buf.priorities(torch.arange(12)).tolist() == [*leaves.tolist(), 0.0, 0.0]
+    assert buf.tree.total == pytest.approx(leaves.sum())
+    torch.manual_seed(0)
+    counts = np.zeros(12)
+    for _ in range(200):
+        counts += np.bincount(buf.sample_indices(500).numpy(), minlength=12)
+    assert counts[4] == 0 and counts[10:].sum() == 0  # invalid row 2 env 0, unfilled rows
+    _assert_frequencies(counts, np.concatenate([leaves, [0.0, 0.0]]))
+    assert counts / counts.sum() == pytest.approx(
+        np.concatenate([leaves, [0, 0]]) / leaves.sum(), abs=0.005
+    )
+
+
+def test_rewind_restores_the_priorities_of_the_mark() -> None:
+    buf = _filled(capacity=6000, num_envs=2, n_rows=40)  # a multi-level tree
+    buf.update_priorities(torch.tensor([0, 5, 79]), torch.tensor([3.0, 0.5, 7.0]))
+    before = buf.tree.nodes.copy()
+    mark = buf.mark()
+    buf.update_priorities(torch.tensor([0, 1, 2]), torch.tensor([9.0, 9.0, 9.0]))
+    for t in range(40, 45):
+        buf.add(**_row(t, 2))
+    assert buf.priorities(torch.tensor([80]))[0] > 0
+    buf.rewind(mark)
+    assert np.array_equal(buf.tree.nodes, before)
+    assert buf.priorities(torch.tensor([80]))[0] == 0 and len(buf) == 80
