@@ -123,10 +123,10 @@ def test_config_file_is_the_base_and_flags_apply_over_it(
 
     from epochtrain import RunSpec
 
-    RunSpec.tuned("dqn", "CartPole-v1").with_overrides({"lr": 1e-3}).to_file(tmp_path / "r.toml")
+    RunSpec.tuned("dqn", "CartPole-v1").with_overrides({"lr": 5e-4}).to_file(tmp_path / "r.toml")
     assert main(["config", "--config", str(tmp_path / "r.toml"), "--max-epoch", "7", "--json"]) == 0
     spec = RunSpec.from_dict(json.loads(capsys.readouterr().out))
-    assert spec.algo == "dqn" and spec.config.lr == 1e-3 and spec.trainer.max_epoch == 7
+    assert spec.algo == "dqn" and spec.config.lr == 5e-4 and spec.trainer.max_epoch == 7
 
 
 @pytest.mark.parametrize(

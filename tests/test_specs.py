@@ -61,7 +61,7 @@ def test_every_registered_algorithm_has_a_default_spec() -> None:
 
 def test_a_preset_changes_only_its_settings_and_names_its_source() -> None:
     tuned, general = RunSpec.tuned("dqn", "CartPole-v1"), RunSpec.default("dqn", "CartPole-v1")
-    assert tuned.config.lr == 2.3e-3 and general.config.lr == 1e-4
+    assert tuned.config.lr == 1e-3 and general.config.lr == 1e-4
     assert tuned.trainer.batch_size == 64 and general.trainer.batch_size == 32
     assert "rl-baselines3-zoo" in PRESETS[("dqn", "CartPole-v1")].source
     assert RunSpec.tuned("dqn", "Acrobot-v1") == RunSpec.default("dqn", "Acrobot-v1")
@@ -190,7 +190,7 @@ def _resume(tmp_path: Path, **changes: Any) -> Any:
     [
         ({"step_per_epoch": 128}, "trainer.step_per_epoch"),
         ({"prioritized_replay": True}, "buffer.prioritized_replay"),
-        ({"lr": 1e-3}, "config.lr"),
+        ({"lr": 5e-4}, "config.lr"),
     ],
 )
 def test_resuming_into_a_different_spec_is_refused_naming_the_settings(
