@@ -199,7 +199,6 @@ class ReplayBuffer:
         self._set_storage(storage)
 
     def _set_storage(self, storage: dict[str, Any]) -> None:
-        self._layout += 1
         self._storage = storage
         self._views = {k: _numpy_views(v) for k, v in storage.items()}
         self._flat = {k: _flat_views(v) for k, v in self._views.items()}
@@ -250,12 +249,17 @@ class ReplayBuffer:
 
         Uses torch's global generator, which the trainer swaps per trainer.
         """
+        self._check_sample(batch_size)
+        idx = self.sample_indices(batch_size)
+        return self.get(idx)
+
+    def _check_sample(self, batch_size: int) -> None:
+        """ValueError unless ``batch_size`` transitions can be sampled (the :meth:`sample`
+        of every subclass checks through here)."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if self.n_valid == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer: collect data first")
-        idx = self.sample_indices(batch_size)
-        return self.get(idx)
 
     def sample_indices(self, batch_size: int) -> Tensor:
         """Flat indices (``time * num_envs + env``) of ``batch_size`` valid transitions."""

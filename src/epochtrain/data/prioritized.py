@@ -330,10 +330,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int) -> Batch:
         """A prioritized minibatch; ``weight`` holds its normalised importance weights."""
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if self.n_valid == 0:
-            raise ValueError("cannot sample from an empty ReplayBuffer: collect data first")
+        self._check_sample(batch_size)
         index, priority, smallest = self._draw(batch_size)
         batch = self.get(torch.from_numpy(index))
         # (N P(i))^-beta / max_j (N P(j))^-beta = (p_min / p_i)^beta: N and the total

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from epochtrain.data.batch import Batch
-from epochtrain.nets import soft_update
+from epochtrain.nets import SoftUpdate
 from epochtrain.stats import CollectStats, TrainingStats
 from epochtrain.trainer.hooks import TrainerHook, online_collector
 
@@ -102,6 +102,7 @@ class TargetNetUpdater(TrainerHook):
         self.tau, self.period = tau, period
         self.n_steps = 0
         self._pairs: list[tuple[nn.Module, nn.Module]] = []
+        self._soft_update: SoftUpdate | None = None
 
     def register(self, trainer: BaseTrainer[Any]) -> None:
         """Update after every gradient step (``post_optim``)."""
@@ -111,17 +112,19 @@ class TargetNetUpdater(TrainerHook):
                 f"TargetNetUpdater: {type(trainer.policy).__name__}.target_pairs() is empty; "
                 "the policy has no target networks to update"
             )
+        self._soft_update = SoftUpdate(self._pairs)  # the parameters listed once
         trainer.register_op("post_optim", self._step)
 
     def _step(self) -> None:
         self.n_steps += 1
         if self.n_steps % self.period:
             return
+        if self.tau is not None:
+            assert self._soft_update is not None  # built in register()
+            self._soft_update(self.tau)
+            return
         for online, target in self._pairs:
-            if self.tau is None:
-                target.load_state_dict(online.state_dict())
-            else:
-                soft_update(target, online, self.tau)
+            target.load_state_dict(online.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         """Gradient steps seen (drives the period)."""
