@@ -445,3 +445,37 @@ def test_n_step_sums_kept_up_to_date_between_calls_equal_sums_computed_anew(
     # another (n_step, gamma) on the same buffer is computed for itself
     assert _n_step_fields(buf, 2, 0.5) == _from_scratch(buf, 2, 0.5)
     assert _n_step_fields(buf, n_step, 0.9) == _from_scratch(buf, n_step, 0.9)
+
+
+def test_an_n_step_refresh_interrupted_midway_is_redone_on_the_next_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import epochtrain.data.n_step as n_step_module
+
+    rng = np.random.default_rng(7)
+    buf = ReplayBuffer(40, 1)
+
+    def add(k: int) -> None:
+        for _ in range(k):
+            buf.add(
+                obs=rng.normal(size=(1, 2)), act=np.array([1]),
+                rew=rng.normal(size=1).astype(np.float32), terminated=rng.random(1) < 0.1,
+                truncated=np.array([False]), obs_next=rng.normal(size=(1, 2)),
+            )  # fmt: skip
+
+    add(20)
+    _n_step_fields(buf, 3, 0.9)  # the table exists
+    add(4)  # six rows to refresh, one by one
+    real, calls = n_step_module._sum_one, [0]
+
+    def interrupted(*args: Any) -> Any:  # Ctrl-C after two of the rows
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(n_step_module, "_sum_one", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _n_step_fields(buf, 3, 0.9)
+    monkeypatch.setattr(n_step_module, "_sum_one", real)
+    assert _n_step_fields(buf, 3, 0.9) == _from_scratch(buf, 3, 0.9)
