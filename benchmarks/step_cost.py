@@ -4,8 +4,9 @@
 CartPole-v1, SAC and TD3 as on Pendulum-v1, 64x64 networks): milliseconds per gradient
 step of
 
-* ``epochtrain``: what the off-policy trainer runs per gradient step, ``buffer.sample`` ->
-  ``Policy.process_sample`` -> ``Policy.learn`` -> ``Policy.post_learn`` (PPO: ``learn``
+* ``epochtrain``: what the off-policy trainer runs per gradient step,
+  ``Policy.sample_batch`` (``buffer.sample`` of n-step transitions -> ``process_sample``)
+  -> ``Policy.learn`` -> ``Policy.post_learn`` (PPO: ``learn``
   on a minibatch of a processed rollout), stats included. Between gradient steps it also
   writes env steps into the buffer as the tuned settings' collect steps do
   (``WRITES``: DQN 256 env steps before every 128 gradient steps, SAC 2 before each, TD3
@@ -322,7 +323,7 @@ class GradContenders:
                 self.buffer.add(*self.rows[self.next_row])
                 self.next_row = (self.next_row + 1) % len(self.rows)
         self.steps += 1
-        batch = self.policy.process_sample(self.buffer.sample(self.bs), self.buffer)
+        batch = self.policy.sample_batch(self.buffer, self.bs)
         self.policy.learn(batch)
         self.policy.post_learn(batch, self.buffer)
 

@@ -235,6 +235,27 @@ def test_post_learn_updates_priorities_of_a_prioritized_buffer_only() -> None:
     policy.post_learn(batch, plain)  # a uniform buffer has nothing to update
 
 
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_sample_batch_draws_the_n_step_batch_process_sample_makes(prioritized: bool) -> None:
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5, n_step=3)
+    buf = _chain_buffer([1.0, 2.0, 4.0, 8.0, 16.0, 32.0], terminated_at=3)
+    if prioritized:
+        per = PrioritizedReplayBuffer(16, 1, alpha=1.0)
+        per.load_state_dict(buf.state_dict())
+        per.update_priorities(torch.arange(6), torch.arange(1.0, 7.0))
+        buf = per
+    torch.manual_seed(1)
+    fused = policy.sample_batch(buf, 16)
+    torch.manual_seed(1)
+    two_pass = policy.process_sample(buf.sample(16), buf)
+    assert two_pass.discount is not None and two_pass.discount.min() == 0.0  # a cut window
+    for name in ("obs", "act", "rew", "terminated", "obs_next", "discount", "index"):
+        assert torch.equal(getattr(fused, name), getattr(two_pass, name)), name
+    assert (fused.weight is not None) == prioritized
+    if fused.weight is not None:
+        assert torch.equal(fused.weight, two_pass.weight)
+
+
 def test_dueling_head_is_value_plus_centred_advantage() -> None:
     torch.manual_seed(0)
     policy = DQN(OBS_SPACE, gym.spaces.Discrete(3), dueling=True, hidden=(16, 8))

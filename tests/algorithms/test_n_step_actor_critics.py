@@ -114,3 +114,29 @@ def test_an_n_step_run_trains_from_n_step_samples(
     powers = torch.tensor([gamma**m for m in (1, 2, 3)])
     assert all(torch.isclose(f, powers).any() for f in factors)
     assert factors.min().item() == pytest.approx(gamma**3)
+
+
+@pytest.mark.parametrize("algo", sorted(POLICIES))
+def test_sample_batch_draws_n_step_transitions_as_process_sample_makes_them(algo: str) -> None:
+    """The trainer's ``sample_batch`` (n-step transitions gathered once) gives the batch
+    ``process_sample`` makes of a plain sample with the same seed, and ``process_sample``
+    leaves a batch already of n-step transitions as it is."""
+    policy: Policy[Any] = POLICIES[algo](OBS_SPACE, ACT_SPACE, n_step=3, gamma=0.5)
+    assert policy.replay_n_step() == (3, 0.5)
+    buf = chain_buffer(terminated_at=3)
+    torch.manual_seed(0)
+    fused = policy.sample_batch(buf, 32)
+    torch.manual_seed(0)
+    two_pass = policy.process_sample(buf.sample(32), buf)
+    for name in ("obs", "act", "rew", "terminated", "obs_next", "discount", "index"):
+        assert torch.equal(getattr(fused, name), getattr(two_pass, name)), name
+    assert policy.process_sample(fused, buf) is fused
+
+
+def test_sample_batch_still_runs_a_subclass_process_sample() -> None:
+    """TD3+BC computes its observation statistics in ``process_sample``: drawing through
+    ``sample_batch`` still does."""
+    policy = TD3BC(OBS_SPACE, ACT_SPACE, n_step=2, normalize_obs=True)
+    assert not policy.obs_stats_ready
+    batch = policy.sample_batch(chain_buffer(terminated_at=None), 8)
+    assert policy.obs_stats_ready and batch.discount is not None

@@ -12,7 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from epochtrain.checkpoint import CheckpointError
-from epochtrain.data import Collector, ReplayBuffer
+from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from tests.fakes import ParityPolicy, make_vec
 
 
@@ -106,7 +106,10 @@ def test_sample_returns_batch_size_valid_transitions_only() -> None:
     batch = buf.sample(500)
     assert len(batch) == 500 and batch.rew.shape == (500,)
     assert isinstance(batch.obs, torch.Tensor) and batch.obs.shape == (500, 2)
-    assert batch.valid is not None and bool(batch.valid.all())
+    assert batch.valid is None  # every sampled row is valid: not gathered
+    assert batch.index is not None
+    read_back = buf.get(batch.index).valid
+    assert read_back is not None and bool(read_back.all())
     allowed = {0.0, 20.0, 1.0, 11.0, 21.0, 31.0}
     seen = set(batch.rew.tolist())
     assert seen == allowed  # every valid row is reachable, no invalid row is drawn
@@ -398,6 +401,61 @@ def test_n_step_rejects_bad_n_and_batches_without_index() -> None:
     batch.index = None
     with pytest.raises(ValueError, match="index"):
         buf.n_step_batch(batch, 2, 0.9)
+
+
+def _fields(batch: Any) -> dict[str, bytes]:
+    """Every field of ``batch`` as bytes (None stays None), for exact comparisons."""
+    out = {}
+    for k in ("obs", "act", "rew", "terminated", "truncated", "obs_next", "index", "discount",
+              "weight"):  # fmt: skip
+        t = getattr(batch, k)
+        out[k] = None if t is None else t.numpy().tobytes()
+    return out
+
+
+@pytest.mark.parametrize("n_step", [2, 3])
+def test_sample_and_get_of_n_step_transitions_equal_n_step_batch_of_a_plain_sample(
+    n_step: int,
+) -> None:
+    """``sample(n_step=...)`` and ``get(n_step=...)`` gather each field once; what they
+    return is what ``n_step_batch`` makes of a plain sample drawn with the same seed."""
+    buf = _filled(capacity=40, num_envs=2, n_rows=14)
+    torch.manual_seed(3)
+    fused = buf.sample(64, n_step=n_step, gamma=0.9)
+    torch.manual_seed(3)
+    plain = buf.sample(64)
+    two_pass = buf.n_step_batch(plain, n_step, 0.9)
+    assert plain.discount is None and fused.discount is not None
+    assert _fields(fused) == _fields(two_pass)
+    assert fused.index is not None
+    got = buf.get(fused.index, n_step=n_step, gamma=0.9)
+    assert _fields(got) == _fields(fused)
+    assert got.valid is not None and bool(got.valid.all())  # get keeps the valid column
+
+
+def test_prioritized_sample_of_n_step_transitions_keeps_the_draw_and_weights() -> None:
+    buf = PrioritizedReplayBuffer(40, 2, alpha=0.6, beta=0.4)
+    for t in range(14):
+        buf.add(**_row(t, 2))
+    buf.update_priorities(torch.arange(10), torch.linspace(0.1, 3.0, 10))
+    torch.manual_seed(5)
+    fused = buf.sample(32, n_step=3, gamma=0.5)
+    torch.manual_seed(5)
+    plain = buf.sample(32)
+    assert _fields(fused) == _fields(buf.n_step_batch(plain, 3, 0.5))
+    assert fused.weight is not None and torch.equal(fused.weight, plain.weight)
+
+
+def test_sample_with_bad_n_step_raises_before_drawing() -> None:
+    buf = _filled(capacity=8, num_envs=2, n_rows=3)
+    state = torch.get_rng_state()
+    bad_values: list[Any] = [0, -1, 1.5]
+    for bad in bad_values:
+        with pytest.raises(ValueError, match="n_step must be a positive int"):
+            buf.sample(4, n_step=bad)
+        with pytest.raises(ValueError, match="n_step must be a positive int"):
+            buf.get(torch.tensor([0]), n_step=bad)
+    assert torch.equal(torch.get_rng_state(), state)  # nothing was drawn
 
 
 def _n_step_fields(buf: ReplayBuffer, n_step: int, gamma: float) -> list[bytes]:

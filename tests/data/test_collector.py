@@ -99,7 +99,9 @@ def test_next_step_reset_rows_are_invalid_never_sampled_nor_counted() -> None:
     assert buf.n_valid == len(buf) - n_invalid == stats.n_collected_steps
     torch.manual_seed(0)
     sample = buf.sample(2000)
-    assert sample.valid is not None and bool(sample.valid.all())
+    assert sample.index is not None
+    drawn = buf.get(sample.index).valid
+    assert drawn is not None and bool(drawn.all())
     assert isinstance(sample.obs, torch.Tensor) and isinstance(sample.obs_next, torch.Tensor)
     # Real transitions stay in their episode and advance t by one.
     assert torch.equal(sample.obs_next[:, 1], sample.obs[:, 1])

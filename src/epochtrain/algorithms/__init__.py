@@ -6,7 +6,13 @@ from epochtrain.algorithms.actor_critic import (
     ActorCriticPolicy,
     AdvantageConfig,
 )
-from epochtrain.algorithms.base import TRAINER_KINDS, Policy, TrainerKind, resolve_config
+from epochtrain.algorithms.base import (
+    TRAINER_KINDS,
+    NStepReplay,
+    Policy,
+    TrainerKind,
+    resolve_config,
+)
 from epochtrain.algorithms.bc import BC, BCConfig, BCTrainingStats
 from epochtrain.algorithms.cql import CQL, CQLConfig, CQLTrainingStats
 from epochtrain.algorithms.ddpg import DDPG, DDPGConfig, DDPGTrainingStats
@@ -44,6 +50,7 @@ __all__ = [
     "DQNConfig",
     "DQNTrainingStats",
     "DeterministicActorCritic",
+    "NStepReplay",
     "PGConfig",
     "PGTrainingStats",
     "PPOConfig",

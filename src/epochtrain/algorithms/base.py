@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TRAINER_KINDS",
     "ActResult",
+    "NStepReplay",
     "OptimizerHook",
     "Policy",
     "TrainerKind",
@@ -70,10 +71,30 @@ OptimizerHook = Callable[[str, torch.optim.Optimizer], None]
 
 def n_step_sample(batch: Batch, buffer: ReplayBuffer, n_step: int, gamma: float) -> Batch:
     """``batch`` as ``n_step``-step transitions (:meth:`ReplayBuffer.n_step_batch`), or as
-    is when ``n_step == 1``: the ``process_sample`` of every policy with an ``n_step``."""
-    if n_step == 1:
+    is when ``n_step == 1`` or it carries ``discount`` already (sampled as n-step
+    transitions: :meth:`Policy.sample_batch`): the ``process_sample`` of every policy with
+    an ``n_step``."""
+    if n_step == 1 or batch.discount is not None:
         return batch
     return buffer.n_step_batch(batch, n_step, gamma)
+
+
+class NStepReplay:
+    """Mixin of the policies that learn from ``n_step`` transitions of a replay buffer
+    (DQN, SAC, DDPG/TD3 and their offline kin; listed before :class:`Policy` among the
+    bases): minibatches are sampled as such, and a batch from ``get`` is turned into them.
+    The policy sets ``n_step`` and ``gamma``."""
+
+    n_step: int
+    gamma: float
+
+    def replay_n_step(self) -> tuple[int, float]:
+        """``(n_step, gamma)``: :meth:`Policy.sample_batch` draws ``n_step`` transitions."""
+        return self.n_step, self.gamma
+
+    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
+        """``batch`` as ``n_step`` transitions (as is when ``n_step=1`` or already so)."""
+        return n_step_sample(batch, buffer, self.n_step, self.gamma)
 
 
 def bootstrap_discount(batch: Batch, gamma: float, like: Tensor) -> Tensor:
@@ -163,6 +184,23 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
 
     def set_progress(self, env_step: int) -> None:
         """Tell the policy how many env steps have been collected (drives schedules)."""
+
+    def replay_n_step(self) -> tuple[int, float]:
+        """``(n_step, gamma)`` of the transitions :meth:`sample_batch` draws; default
+        ``(1, 0.99)``: one-step transitions (``gamma`` unused)."""
+        return 1, 0.99
+
+    def sample_batch(self, buffer: ReplayBuffer, batch_size: int) -> Batch:
+        """The minibatch of one gradient step, as the off-policy and offline trainers draw it.
+
+        ``batch_size`` transitions sampled from ``buffer`` (as :meth:`replay_n_step`
+        transitions: an n-step policy gets them in one gather per field, not a sample and
+        then :meth:`ReplayBuffer.n_step_batch`), then :meth:`process_sample`.
+        """
+        n_step, gamma = self.replay_n_step()
+        if n_step == 1:  # a buffer subclass's sample(batch_size) works as before
+            return self.process_sample(buffer.sample(batch_size), buffer)
+        return self.process_sample(buffer.sample(batch_size, n_step=n_step, gamma=gamma), buffer)
 
     def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
         """Prepare a minibatch sampled from ``buffer`` (e.g. n-step targets); default: as is.

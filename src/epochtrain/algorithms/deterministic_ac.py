@@ -33,19 +33,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy, TrainerKind, bootstrap_discount, n_step_sample
+from epochtrain.algorithms.base import NStepReplay, Policy, TrainerKind, bootstrap_discount
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
     from epochtrain.algorithms.ddpg import DDPGConfig
-    from epochtrain.data.buffer import ReplayBuffer
 
 __all__ = ["DeterministicActorCritic"]
 
 
-class DeterministicActorCritic(Policy[TTrainingStats], ABC):
+class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
     """Abstract deterministic actor with ``n_critics`` Q critics and target copies of all.
 
     Leaves (:class:`~epochtrain.algorithms.DDPG`, :class:`~epochtrain.algorithms.TD3`,
@@ -177,10 +176,6 @@ class DeterministicActorCritic(Policy[TTrainingStats], ABC):
         discount = bootstrap_discount(batch, self.gamma, q_next)
         target: Tensor = batch.rew.to(q_next.dtype) + discount * q_next
         return target
-
-    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
-        """Turn a sampled minibatch into ``n_step`` transitions (as is when ``n_step=1``)."""
-        return n_step_sample(batch, buffer, self.n_step, self.gamma)
 
     def update_critics(
         self, batch: Batch, obs: Tensor, act: Tensor, obs_next: Tensor

@@ -34,10 +34,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from epochtrain.algorithms.base import (
+    NStepReplay,
     Policy,
     TrainerKind,
     bootstrap_discount,
-    n_step_sample,
     resolve_config,
 )
 from epochtrain.config import Config, param
@@ -126,7 +126,7 @@ class DQNConfig(Config):
     """Use a dueling head (V + A - mean A) instead of a plain MLP."""
 
 
-class DQN(Policy[DQNTrainingStats]):
+class DQN(NStepReplay, Policy[DQNTrainingStats]):
     """Deep Q-network for discrete actions.
 
     Schedules are explicit: epsilon falls linearly from ``epsilon_start`` to
@@ -236,10 +236,6 @@ class DQN(Policy[DQNTrainingStats]):
         return actions, {}
 
     # ---------------------------------------------------------------- learning
-    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
-        """Turn a sampled minibatch into ``n_step`` transitions (as is when ``n_step=1``)."""
-        return n_step_sample(batch, buffer, self.n_step, self.gamma)
-
     @torch.no_grad()
     def compute_target(self, batch: Batch) -> Tensor:
         """TD target ``r + discount * Q_target(s', a*)``.

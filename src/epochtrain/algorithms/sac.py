@@ -36,15 +36,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from epochtrain.algorithms.base import (
+    NStepReplay,
     Policy,
     TrainerKind,
     bootstrap_discount,
-    n_step_sample,
     resolve_config,
 )
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
@@ -114,7 +113,7 @@ class SACConfig(Config):
     Tianshou's n_step_return_horizon and D4PG."""
 
 
-class SACBase(Policy[TSACStats], ABC):
+class SACBase(NStepReplay, Policy[TSACStats], ABC):
     """Actor, twin critics, targets and temperature of SAC; leaves define ``learn``.
 
     Box actions use :class:`~epochtrain.nets.QCritic` critics ``Q(s, a)``; Discrete
@@ -278,10 +277,6 @@ class SACBase(Policy[TSACStats], ABC):
             v_next = q_next - alpha * logp_next
         target: Tensor = batch.rew + bootstrap_discount(batch, self.gamma, v_next) * v_next
         return target
-
-    def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
-        """Turn a sampled minibatch into ``n_step`` transitions (as is when ``n_step=1``)."""
-        return n_step_sample(batch, buffer, self.n_step, self.gamma)
 
     def critic_td_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Soft TD loss (half the sum of both critics' MSE) and ``Q(s, a)``, ``[2, batch]``."""

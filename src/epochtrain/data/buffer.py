@@ -78,6 +78,11 @@ def _write_obs(view: Any, t: int, value: ObsArray) -> None:
         view[t] = value
 
 
+def _check_n_step(n_step: int) -> None:
+    if not isinstance(n_step, int) or n_step < 1:
+        raise ValueError(f"n_step must be a positive int, got {n_step!r}")
+
+
 def _first_shape(obs: Obs) -> tuple[int, ...]:
     while not isinstance(obs, Tensor):
         obs = next(iter(obs.values()))
@@ -244,20 +249,23 @@ class ReplayBuffer:
         # storage lives in CPU memory: only another device needs a copy
         return batch if self.device.type == "cpu" else batch.to(self.device)
 
-    def sample(self, batch_size: int) -> Batch:
+    def sample(self, batch_size: int, *, n_step: int = 1, gamma: float = 0.99) -> Batch:
         """``batch_size`` transitions drawn uniformly (with replacement) from valid rows.
 
-        Uses torch's global generator, which the trainer swaps per trainer.
+        With ``n_step > 1`` they are ``n_step``-step transitions with discount ``gamma``
+        (:meth:`n_step_batch`), each field gathered once. ``valid`` is left ``None``: every
+        sampled row is valid. Uses torch's global generator, which the trainer swaps per
+        trainer.
         """
-        self._check_sample(batch_size)
-        idx = self.sample_indices(batch_size)
-        return self.get(idx)
+        self._check_sample(batch_size, n_step)
+        return self._get(self.sample_indices(batch_size), n_step, gamma, with_valid=False)
 
-    def _check_sample(self, batch_size: int) -> None:
-        """ValueError unless ``batch_size`` transitions can be sampled (the :meth:`sample`
-        of every subclass checks through here)."""
+    def _check_sample(self, batch_size: int, n_step: int = 1) -> None:
+        """ValueError unless ``batch_size`` transitions (of ``n_step`` steps) can be
+        sampled (the :meth:`sample` of every subclass checks through here)."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        _check_n_step(n_step)
         if self.n_valid == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer: collect data first")
 
@@ -274,23 +282,35 @@ class ReplayBuffer:
                 bad = ~valid[idx]
         return idx
 
-    def get(self, flat_index: Tensor) -> Batch:
-        """The transitions at flat indices ``time * num_envs + env`` (kept in ``index``)."""
+    def get(self, flat_index: Tensor, *, n_step: int = 1, gamma: float = 0.99) -> Batch:
+        """The transitions at flat indices ``time * num_envs + env`` (kept in ``index``),
+        as ``n_step``-step transitions with discount ``gamma`` when ``n_step > 1``
+        (:meth:`n_step_batch`, each field gathered once)."""
+        _check_n_step(n_step)
+        return self._get(flat_index, n_step, gamma, with_valid=True)
+
+    def _get(self, flat_index: Tensor, n_step: int, gamma: float, *, with_valid: bool) -> Batch:
         if self._storage is None:
             raise ValueError("the buffer is empty: collect data before reading it")
         # numpy gathers on flat views: a few microseconds per field where torch indexing
         # takes about three times as long on a minibatch
         i = flat_index.cpu().numpy()
         f = self._flat
-        extras = {k: torch.from_numpy(f[k][i]) for k in f if k in EXTRA_FIELDS}
+        skip = () if with_valid else ("valid",)
+        extras = {k: torch.from_numpy(f[k][i]) for k in f if k in EXTRA_FIELDS and k not in skip}
+        if n_step == 1:
+            last, rew, discount = i, torch.from_numpy(f["rew"][i]), None
+        else:
+            last, rew, discount = self._n_step_rows(i, n_step, gamma)
         batch = Batch(
             obs=_gather(f["obs"], i),
             act=torch.from_numpy(f["act"][i]),
-            rew=torch.from_numpy(f["rew"][i]),
-            terminated=torch.from_numpy(f["terminated"][i]),
-            truncated=torch.from_numpy(f["truncated"][i]),
-            obs_next=_gather(f["obs_next"], i),
+            rew=rew,
+            terminated=torch.from_numpy(f["terminated"][last]),
+            truncated=torch.from_numpy(f["truncated"][last]),
+            obs_next=_gather(f["obs_next"], last),
             index=flat_index,
+            discount=discount,
             **extras,
         )
         return batch if self.device.type == "cpu" else batch.to(self.device)
@@ -312,23 +332,32 @@ class ReplayBuffer:
         fills the whole table once. The table takes 16 bytes per transition of capacity and
         is never saved: a loaded buffer fills it anew.
         """
-        if not isinstance(n_step, int) or n_step < 1:
-            raise ValueError(f"n_step must be a positive int, got {n_step!r}")
+        _check_n_step(n_step)
         if batch.index is None:
             raise ValueError("batch.index is None: pass a batch from sample() or get()")
-        table = self._n_step_table(n_step, gamma)
+        last, rew, discount = self._n_step_rows(batch.index.cpu().numpy(), n_step, gamma)
         f = self._flat
-        index = batch.index.cpu().numpy()
-        last = table.last[index]
         result = replace(
             batch,
-            rew=torch.from_numpy(table.ret[index]),
+            rew=rew,
             terminated=torch.from_numpy(f["terminated"][last]),
             truncated=torch.from_numpy(f["truncated"][last]),
             obs_next=_gather(f["obs_next"], last),
-            discount=torch.from_numpy(table.discount[index]),
+            discount=discount,
         )
         return result if self.device.type == "cpu" else result.to(self.device)
+
+    def _n_step_rows(
+        self, index: np.ndarray, n_step: int, gamma: float
+    ) -> tuple[np.ndarray, Tensor, Tensor]:
+        """For flat ``index``: the flat index of each window's last step, the n-step
+        return and the bootstrap discount (from the table, brought up to date)."""
+        table = self._n_step_table(n_step, gamma)
+        return (
+            table.last[index],
+            torch.from_numpy(table.ret[index]),
+            torch.from_numpy(table.discount[index]),
+        )
 
     def _n_step_table(self, n_step: int, gamma: float) -> NStepTable:
         """The n-step table of ``(n_step, gamma)``, up to date with the storage."""

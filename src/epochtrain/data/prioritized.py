@@ -328,11 +328,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._flush()
         return self.tree.stratified(torch.rand(batch_size, dtype=torch.float64).numpy())
 
-    def sample(self, batch_size: int) -> Batch:
-        """A prioritized minibatch; ``weight`` holds its normalised importance weights."""
-        self._check_sample(batch_size)
+    def sample(self, batch_size: int, *, n_step: int = 1, gamma: float = 0.99) -> Batch:
+        """A prioritized minibatch; ``weight`` holds its normalised importance weights.
+
+        ``n_step`` and ``gamma`` as in :meth:`ReplayBuffer.sample`.
+        """
+        self._check_sample(batch_size, n_step)
         index, priority, smallest = self._draw(batch_size)
-        batch = self.get(torch.from_numpy(index))
+        batch = self._get(torch.from_numpy(index), n_step, gamma, with_valid=False)
         # (N P(i))^-beta / max_j (N P(j))^-beta = (p_min / p_i)^beta: N and the total
         # cancel; computed in float64, stored in float32
         weight = np.empty(len(priority), dtype=np.float32)

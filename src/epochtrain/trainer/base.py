@@ -464,10 +464,10 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
     def _learn_sampled(self, buffer: ReplayBuffer, batch_size: int) -> None:
         """One gradient step on a minibatch sampled from ``buffer``.
 
-        The policy prepares the sample (``process_sample``: n-step targets, ...) and sees
-        it again after learning (``post_learn``: priority updates, ...).
+        The policy draws and prepares the sample (``sample_batch``: n-step transitions,
+        ...) and sees it again after learning (``post_learn``: priority updates, ...).
         """
-        batch = self.policy.process_sample(buffer.sample(batch_size), buffer)
+        batch = self.policy.sample_batch(buffer, batch_size)
         batch = self._learn(batch)
         self.policy.post_learn(batch, buffer)
 
