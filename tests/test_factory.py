@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -131,3 +132,72 @@ def test_one_short_epoch_runs(algo: str) -> None:
     info = trainer.run()
     assert info.epoch == 1 and info.env_step >= 256 and info.gradient_step > 0
     assert trainer.stop_reason in ("max_epoch", "stop_fn")
+
+
+TINY_DQN = dict(max_epoch=1, step_per_epoch=64, step_per_collect=16, warmup_steps=32,
+                batch_size=16, num_envs=2, num_test_envs=2, episode_per_test=2,
+                show_progress=False, stop_fn=None)  # fmt: skip
+
+
+def _weights(trainer: Any) -> list[torch.Tensor]:
+    return [t.clone() for t in trainer.policy.state_dict().values() if isinstance(t, torch.Tensor)]
+
+
+def test_env_backend_async_trains_the_same_run_in_env_processes() -> None:
+    """``env_backend='async'``: gymnasium's AsyncVectorEnv for the training and test envs
+    (one process per env), seeded as the sync envs are, so the run is bitwise the same."""
+    import gymnasium as gym
+
+    runs = {}
+    for backend in ("sync", "async"):
+        trainer = make_trainer("dqn", "CartPole-v1", seed=3, env_backend=backend, **TINY_DQN)
+        assert trainer.spec is not None and trainer.spec["env_backend"] == backend
+        expected = gym.vector.AsyncVectorEnv if backend == "async" else gym.vector.SyncVectorEnv
+        assert isinstance(trainer.train_collector.env, expected)
+        assert trainer.test_collector is not None
+        assert isinstance(trainer.test_collector.env, expected)
+        trainer.run()
+        runs[backend] = (_weights(trainer), trainer.state.best_test_return)
+        trainer.train_collector.env.close()
+        trainer.test_collector.env.close()
+    assert runs["sync"][1] == runs["async"][1]
+    for a, b in zip(runs["sync"][0], runs["async"][0], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_env_backend_rejects_an_unknown_backend_naming_the_choices() -> None:
+    with pytest.raises(TypeError, match=r"env_backend must be one of 'sync', 'async', 'envpool'"):
+        make_trainer("dqn", "CartPole-v1", env_backend="subproc", show_progress=False)
+
+
+def test_close_envs_ends_the_env_processes_of_a_live_trainer() -> None:
+    import multiprocessing
+
+    from epochtrain.experiment.runs import close_envs
+
+    before = set(multiprocessing.active_children())
+    trainer = make_trainer("dqn", "CartPole-v1", env_backend="async", **TINY_DQN)
+    assert len(set(multiprocessing.active_children()) - before) == 4  # 2 train + 2 test envs
+    close_envs(trainer)
+    assert trainer.train_collector.env.closed and trainer.test_collector is not None
+    assert trainer.test_collector.env.closed
+    assert set(multiprocessing.active_children()) == before  # the trainer is still alive
+
+
+def test_an_experiment_closes_the_env_processes_of_its_runs(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from epochtrain import RunSpec
+    from epochtrain.experiment import run_experiment
+
+    before = set(multiprocessing.active_children())
+    settings = {k: v for k, v in TINY_DQN.items() if k not in ("show_progress", "stop_fn")}
+    specs = [
+        RunSpec.tuned("dqn", "CartPole-v1", seed=s).with_overrides(
+            {**settings, "env_backend": "async", "stop_at": None, "logging.logdir": None}
+        )
+        for s in (0, 1)
+    ]
+    experiment = run_experiment(specs, tmp_path, show_progress=False)
+    assert len(experiment.finished()) == 2
+    assert set(multiprocessing.active_children()) == before

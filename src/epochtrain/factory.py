@@ -53,11 +53,12 @@ def make_trainer(
     ``overrides`` applied, when ``spec`` is an algorithm name).
 
     Training envs (``num_envs``) and test envs (``num_test_envs``) are
-    ``gymnasium.make_vec(..., "sync")`` with SAME_STEP autoreset. The offline algorithms
-    learn from ``buffer`` (a filled :class:`ReplayBuffer`) or from the spec's ``dataset``
-    file. Logging goes to ``logger`` if given, else to the spec's ``logging`` settings.
-    ``stop_fn`` defaults to "best test return >= ``spec.stop_at``" (the env's reward
-    threshold in the tuned specs); ``stop_fn=None`` trains for all ``max_epoch`` epochs.
+    ``make_envs(..., backend=spec.env_backend)``: gymnasium's sync vector env by default.
+    The offline algorithms learn from ``buffer`` (a filled :class:`ReplayBuffer`) or from
+    the spec's ``dataset`` file. Logging goes to ``logger`` if given, else to the spec's
+    ``logging`` settings. ``stop_fn`` defaults to "best test return >= ``spec.stop_at``"
+    (the env's reward threshold in the tuned specs); ``stop_fn=None`` trains for all
+    ``max_epoch`` epochs.
     The policy's weights are initialised from the run's seed without touching the global
     random state. The resolved spec is kept as ``trainer.spec`` (checkpoints store it).
     """
@@ -81,7 +82,7 @@ def make_trainer(
         )
     # resume only once trainer.spec is set, so the checkpoint's spec is compared with it
     params = spec.trainer.replace(resume_from=None)
-    test_envs = make_envs(spec.env_id, spec.num_test_envs)
+    test_envs = make_envs(spec.env_id, spec.num_test_envs, backend=spec.env_backend)
     with torch.random.fork_rng():
         torch.manual_seed(spec.seed)
         policy = entry.policy_cls(
@@ -97,7 +98,7 @@ def make_trainer(
         logger = _make_logger(spec)
     train_collector = None
     if entry.kind != "offline":
-        train_envs = make_envs(spec.env_id, spec.num_envs)
+        train_envs = make_envs(spec.env_id, spec.num_envs, backend=spec.env_backend)
         train_collector = Collector(policy, train_envs, _make_buffer(spec))
     trainer = entry.trainer_cls(
         policy=policy,

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from epochtrain.config import Config, check_field_names, close_matches, param
+from epochtrain.envs import Backend
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
 from epochtrain.trainer.params import TrainerParams
@@ -78,6 +79,10 @@ class RunSpec(Config):
     """Training envs (0 for offline algorithms)."""
     num_test_envs: int = param(10, ge=1)
     """Test envs."""
+    env_backend: Backend = "sync"
+    """How the training and test envs are vectorised (:func:`epochtrain.envs.make_envs`):
+    'sync' (one process; checkpoints hold the in-flight episodes), 'async' (gymnasium's
+    AsyncVectorEnv, a process per env) or 'envpool' (extra ``envpool``)."""
     buffer: BufferSpec = BufferSpec()
     """The training buffer."""
     logging: LogSpec = LogSpec()

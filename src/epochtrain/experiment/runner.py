@@ -31,6 +31,7 @@ from typing import Any, Literal, get_args
 from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.results import Experiment, load_experiment
 from epochtrain.experiment.runs import (
+    close_envs,
     failed_result,
     finished_result,
     is_finished,
@@ -212,11 +213,11 @@ def _run_lockstep(run_dirs: Sequence[Path], progress: Progress) -> None:
                     wall[run_dir] += time.perf_counter() - start
                     finished_result(run_dir, trainer, wall[run_dir])
                     progress.end(run_dir, failed=False)
-                    del trainers[run_dir]
+                    close_envs(trainers.pop(run_dir))
                 except Exception as exc:
                     failed_result(run_dir, spec_of(run_dir), exc)
                     progress.end(run_dir, failed=True)
-                    del trainers[run_dir]
+                    close_envs(trainers.pop(run_dir))
                 else:
                     wall[run_dir] += time.perf_counter() - start
                     progress.epoch(run_dir, trainer.state.epoch)
@@ -238,6 +239,7 @@ def _run_in_worker(run_dir_name: str) -> str:
     events = _worker_events
     run_dir = Path(run_dir_name)
     start = time.perf_counter()
+    trainer = None
     try:
         trainer = open_trainer(run_dir)
         events.put((run_dir_name, "start", trainer.state.epoch))
@@ -248,6 +250,9 @@ def _run_in_worker(run_dir_name: str) -> str:
     except Exception as exc:
         failed_result(run_dir, spec_of(run_dir), exc)
         return "failed"
+    finally:
+        if trainer is not None:
+            close_envs(trainer)
 
 
 def _run_processes(run_dirs: Sequence[Path], workers: int, progress: Progress) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "RESULT_FILE",
     "SPEC_FILE",
     "check_same_run",
+    "close_envs",
     "failed_result",
     "finished_result",
     "is_finished",
@@ -136,6 +137,14 @@ def open_trainer(run_dir: Path) -> Any:
         # loaded here rather than through resume_from, so the spec stays the one on disk
         trainer.load_checkpoint(run_dir / CHECKPOINTS)
     return trainer
+
+
+def close_envs(trainer: Any) -> None:
+    """Close the vector envs of ``trainer``'s collectors: an ``env_backend='async'`` run's
+    env processes end with its run, not when a reused worker process exits."""
+    for collector in (trainer.train_collector, trainer.test_collector):
+        if collector is not None:
+            collector.env.close()
 
 
 def _base(spec: RunSpec) -> dict[str, Any]:
