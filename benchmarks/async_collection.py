@@ -11,6 +11,14 @@ faster). ``--out`` appends one JSON line per run. Measure on a quiet machine: th
 the figure, and other jobs on the cores change it.
 
     python benchmarks/async_collection.py --seeds 0 1 2 3 4 --epochs 3 --out async.jsonl
+    python benchmarks/async_collection.py --env-backend async   # envs in their own processes
+
+``--env-backend`` sets the runs' ``env_backend``: ``sync`` (the default, gymnasium's
+SyncVectorEnv) or ``async`` (AsyncVectorEnv: each env steps in its own process, and the
+trainer's thread waits on a pipe without the GIL, which is where overlapping collection
+with gradient steps can pay); with ``--baseline-sync`` the synchronous run of each pair
+keeps sync envs, so the ratio compares async collection over process envs with the
+default setting.
     python benchmarks/async_collection.py --tasks sac-pendulum --smoke   # ~10 s check
 """
 
@@ -59,12 +67,16 @@ def run_one(
     assert isinstance(trainer, OffpolicyTrainer)
     for _ in trainer:
         pass
+    for collector in (trainer.train_collector, trainer.test_collector):
+        if collector is not None:
+            collector.env.close()  # an async env's processes end with the run
     state = trainer.state
     train_seconds = state.total_time - state.test_time
     return {
         "task": task,
         "seed": seed,
         "async_collection": async_collection,
+        "env_backend": overrides.get("env_backend", "sync"),
         "epochs": state.epoch,
         "train_seconds": round(train_seconds, 3),
         "total_seconds": round(state.total_time, 3),
@@ -84,7 +96,8 @@ def run_one(
 def _line(run: dict[str, Any]) -> str:
     mode = "async" if run["async_collection"] else "sync "
     return (
-        f"{run['task']:<13} seed {run['seed']:<3} {mode} {run['train_seconds']:8.2f} s  "
+        f"{run['task']:<13} seed {run['seed']:<3} {mode} {run['env_backend']:<5} envs "
+        f"{run['train_seconds']:8.2f} s  "
         f"{run['env_steps_per_second']:8.1f} env steps/s  UTD {run['utd_ratio']:.3f}  "
         f"overlap {run['overlap_seconds']:6.2f} s"
     )
@@ -116,6 +129,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--smoke", action="store_true", help="one tiny epoch per run: a check, not a figure"
     )
+    parser.add_argument(
+        "--env-backend",
+        choices=["sync", "async"],
+        default="sync",
+        help="the runs' env_backend (default: sync)",
+    )
+    parser.add_argument(
+        "--baseline-sync",
+        action="store_true",
+        help="the synchronous run of each pair keeps sync envs",
+    )
     parser.add_argument("--out", help="append one JSON line per run to this file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -126,7 +150,12 @@ def main(argv: list[str] | None = None) -> None:
         for task in args.tasks:
             pair = []
             for async_collection in (False, True):
-                extra = {**overrides, **(SMOKE[task] if args.smoke else {})}
+                backend = "sync" if args.baseline_sync and not async_collection else None
+                extra = {
+                    **overrides,
+                    **(SMOKE[task] if args.smoke else {}),
+                    "env_backend": backend or args.env_backend,
+                }
                 run = run_one(task, seed, epochs, async_collection, extra)
                 print(_line(run), flush=True)
                 if args.out:
