@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+from tests.benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def learning() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("learning_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("learning", "learning_bench")
 
 
 def write_run(root: Path, learning: ModuleType, name: str, seed: int, finals: list[float]) -> None:

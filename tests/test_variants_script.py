@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def variants() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("variants", BENCHMARKS / "variants.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("variants")
 
 
 def test_a_variant_is_a_name_and_json_settings_and_seeds_take_ranges(variants: ModuleType) -> None:
