@@ -137,6 +137,7 @@ def test_state_dict_round_trip_includes_optimizer_and_counter() -> None:
         ({"epsilon_end": -0.1}, "epsilon_end"),
         ({"n_step": 0}, "n_step"),
         ({"dueling": True, "hidden": ()}, "hidden"),
+        ({"lr_anneal_steps": 0}, "lr_anneal_steps"),
     ],
 )
 def test_constructor_rejects_bad_hyper_parameters(kwargs: dict[str, Any], match: str) -> None:
@@ -320,3 +321,17 @@ def test_loading_a_live_state_dict_does_not_share_optimizer_state() -> None:
     b.optimize("q", b.q_net(torch.ones(4, 3)).sum())
     after = a.optimizers["q"].state_dict()["state"][0]
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_lr_anneals_linearly_to_zero_only_when_asked_and_travels_in_the_state_dict() -> None:
+    constant = DQN(OBS_SPACE, gym.spaces.Discrete(2), lr=1e-3)
+    constant.set_progress(500)
+    assert constant.optimizers["q"].param_groups[0]["lr"] == 1e-3
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), lr=1e-3, lr_anneal_steps=1000)
+    for env_step, expected in [(0, 1e-3), (250, 7.5e-4), (1000, 0.0), (4000, 0.0)]:
+        policy.set_progress(env_step)
+        assert policy.optimizers["q"].param_groups[0]["lr"] == pytest.approx(expected)
+    policy.set_progress(600)
+    copy = DQN(OBS_SPACE, gym.spaces.Discrete(2), lr=1e-3, lr_anneal_steps=1000)
+    copy.load_state_dict(policy.state_dict())
+    assert copy.optimizers["q"].param_groups[0]["lr"] == pytest.approx(4e-4)

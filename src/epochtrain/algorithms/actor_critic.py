@@ -32,7 +32,7 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy, TrainerKind
+from epochtrain.algorithms.base import Policy, TrainerKind, anneal_lr
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, flat_dim
@@ -201,12 +201,7 @@ class ActorCriticPolicy(Policy[TStats], ABC):
     # ------------------------------------------------------------------ acting
     def set_progress(self, env_step: int) -> None:
         """Anneal the learning rate of every optimizer for ``env_step`` collected steps."""
-        if self.lr_anneal_steps is None:
-            return
-        lr = self.lr * max(0.0, 1.0 - env_step / self.lr_anneal_steps)
-        for opt in self.optimizers.values():
-            for group in opt.param_groups:
-                group["lr"] = lr
+        anneal_lr(self.optimizers, self.lr, env_step, self.lr_anneal_steps)
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
         """Sampled (or most likely) actions; no extras.

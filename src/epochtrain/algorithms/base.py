@@ -34,6 +34,7 @@ __all__ = [
     "OptimizerHook",
     "Policy",
     "TrainerKind",
+    "anneal_lr",
     "bootstrap_discount",
     "n_step_sample",
     "resolve_config",
@@ -77,6 +78,19 @@ def n_step_sample(batch: Batch, buffer: ReplayBuffer, n_step: int, gamma: float)
     if n_step == 1 or batch.discount is not None:
         return batch
     return buffer.n_step_batch(batch, n_step, gamma)
+
+
+def anneal_lr(
+    optimizers: Mapping[str, torch.optim.Optimizer], lr: float, env_step: int, steps: int | None
+) -> None:
+    """Set every optimizer's learning rate to ``lr`` decayed linearly to 0 over ``steps``
+    env steps (``lr_anneal_steps``; None: leave it as it is)."""
+    if steps is None:
+        return
+    now = lr * max(0.0, 1.0 - env_step / steps)
+    for opt in optimizers.values():
+        for group in opt.param_groups:
+            group["lr"] = now
 
 
 class NStepReplay:

@@ -37,6 +37,7 @@ from epochtrain.algorithms.base import (
     NStepReplay,
     Policy,
     TrainerKind,
+    anneal_lr,
     bootstrap_discount,
     resolve_config,
 )
@@ -124,6 +125,8 @@ class DQNConfig(Config):
     """Learn from n-step returns (1: one-step targets)."""
     dueling: bool = False
     """Use a dueling head (V + A - mean A) instead of a plain MLP."""
+    lr_anneal_steps: int | None = param(None, ge=1)
+    """Decay the learning rate linearly to 0 over this many env steps (None: constant)."""
 
 
 class DQN(NStepReplay, Policy[DQNTrainingStats]):
@@ -163,6 +166,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         self.epsilon_start = cfg.epsilon_start
         self.epsilon_end = cfg.epsilon_end
         self.epsilon_decay_steps = cfg.epsilon_decay_steps
+        self.lr, self.lr_anneal_steps = cfg.lr, cfg.lr_anneal_steps
         self.max_grad_norm = cfg.max_grad_norm
         self.n_step = cfg.n_step
         self.dueling = dueling
@@ -210,7 +214,9 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
 
     def set_progress(self, env_step: int) -> None:
         """Advance the epsilon schedule to ``env_step`` collected env steps (linear decay,
-        then flat); an explicit :attr:`exploration` still wins."""
+        then flat; an explicit :attr:`exploration` still wins) and, with
+        ``lr_anneal_steps``, the learning rate."""
+        anneal_lr(self.optimizers, self.lr, env_step, self.lr_anneal_steps)
         if self.epsilon_decay_steps == 0:
             frac = 1.0
         else:

@@ -145,7 +145,7 @@ class LRScheduler(TrainerHook):
     ``make_scheduler(optimizer)`` builds one scheduler per optimizer (``optimizer``: the
     name of one, ``None``: all); it steps after every gradient step (``every="gradient_step"``)
     or every epoch (``every="epoch"``). Schedulers are saved in checkpoints. Do not combine
-    with a policy that sets its own learning rate (PPO's ``lr_anneal_steps``).
+    with a policy that sets its own learning rate (``lr_anneal_steps`` of PG, A2C, PPO and DQN).
     """
 
     def __init__(
