@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from epochtrain.experiment.runs import close_envs
 from epochtrain.factory import make_trainer
 from epochtrain.trainer import OffpolicyTrainer
 
@@ -67,9 +68,7 @@ def run_one(
     assert isinstance(trainer, OffpolicyTrainer)
     for _ in trainer:
         pass
-    for collector in (trainer.train_collector, trainer.test_collector):
-        if collector is not None:
-            collector.env.close()  # an async env's processes end with the run
+    close_envs(trainer)  # an async env's processes end with the run
     state = trainer.state
     train_seconds = state.total_time - state.test_time
     return {

@@ -184,6 +184,24 @@ def test_close_envs_ends_the_env_processes_of_a_live_trainer() -> None:
     assert set(multiprocessing.active_children()) == before  # the trainer is still alive
 
 
+def test_close_envs_terminates_the_workers_of_an_env_that_fails_to_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import multiprocessing
+
+    from epochtrain.experiment.runs import close_envs
+
+    before = set(multiprocessing.active_children())
+    trainer = make_trainer("dqn", "CartPole-v1", env_backend="async", **TINY_DQN)
+
+    def broken_close(**kwargs: Any) -> None:
+        raise OSError("pipe already closed")
+
+    monkeypatch.setattr(trainer.train_collector.env, "close", broken_close)
+    close_envs(trainer)  # the run's result stands: nothing raised
+    assert set(multiprocessing.active_children()) == before  # its workers were terminated
+
+
 def test_an_experiment_closes_the_env_processes_of_its_runs(tmp_path: Path) -> None:
     import multiprocessing
 

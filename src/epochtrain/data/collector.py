@@ -276,15 +276,21 @@ class Collector:
         ep_len[done] = 0
         return remaining is not None and not remaining.any()
 
-    def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
-        """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env."""
-        sub_env = _failed_sub_env(self.env, exc)
-        env_id = _env_id(self.env, sub_env)
+    def close(self) -> None:
+        """Close the vector env (an ``AsyncVectorEnv``'s worker processes with it); a
+        broken env that fails to close has its workers terminated instead. A later
+        ``collect`` needs new envs."""
         try:
             self.env.close()
         except Exception:  # a broken env may fail to close cleanly: force its workers out
             _terminate_workers(self.env)
-        self._obs = None  # the envs are gone: a later collect needs new ones
+        self._obs = None
+
+    def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
+        """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env."""
+        sub_env = _failed_sub_env(self.env, exc)
+        env_id = _env_id(self.env, sub_env)
+        self.close()
         which = "a sub-env" if sub_env is None else f"sub-env {sub_env}"
         raise EnvError(
             f"{which} of {env_id!r} raised {type(exc).__name__}: {exc} in {call}() after "

@@ -140,11 +140,12 @@ def open_trainer(run_dir: Path) -> Any:
 
 
 def close_envs(trainer: Any) -> None:
-    """Close the vector envs of ``trainer``'s collectors: an ``env_backend='async'`` run's
-    env processes end with its run, not when a reused worker process exits."""
+    """Close the vector envs of ``trainer``'s collectors (:meth:`Collector.close`): an
+    ``env_backend='async'`` run's env processes end with its run, not when a reused worker
+    process exits; an env that fails to close does not change the run's result."""
     for collector in (trainer.train_collector, trainer.test_collector):
         if collector is not None:
-            collector.env.close()
+            collector.close()
 
 
 def _base(spec: RunSpec) -> dict[str, Any]:
