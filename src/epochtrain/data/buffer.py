@@ -299,18 +299,19 @@ class ReplayBuffer:
         skip = () if with_valid else ("valid",)
         extras = {k: torch.from_numpy(f[k][i]) for k in f if k in EXTRA_FIELDS and k not in skip}
         if n_step == 1:
-            last, rew, discount = i, torch.from_numpy(f["rew"][i]), None
+            step: dict[str, Any] = {
+                "rew": torch.from_numpy(f["rew"][i]),
+                "terminated": torch.from_numpy(f["terminated"][i]),
+                "truncated": torch.from_numpy(f["truncated"][i]),
+                "obs_next": _gather(f["obs_next"], i),
+            }
         else:
-            last, rew, discount = self._n_step_rows(i, n_step, gamma)
+            step = self._n_step_fields(i, n_step, gamma)
         batch = Batch(
             obs=_gather(f["obs"], i),
             act=torch.from_numpy(f["act"][i]),
-            rew=rew,
-            terminated=torch.from_numpy(f["terminated"][last]),
-            truncated=torch.from_numpy(f["truncated"][last]),
-            obs_next=_gather(f["obs_next"], last),
             index=flat_index,
-            discount=discount,
+            **step,
             **extras,
         )
         return batch if self.device.type == "cpu" else batch.to(self.device)
@@ -335,29 +336,23 @@ class ReplayBuffer:
         _check_n_step(n_step)
         if batch.index is None:
             raise ValueError("batch.index is None: pass a batch from sample() or get()")
-        last, rew, discount = self._n_step_rows(batch.index.cpu().numpy(), n_step, gamma)
-        f = self._flat
-        result = replace(
-            batch,
-            rew=rew,
-            terminated=torch.from_numpy(f["terminated"][last]),
-            truncated=torch.from_numpy(f["truncated"][last]),
-            obs_next=_gather(f["obs_next"], last),
-            discount=discount,
-        )
+        result = replace(batch, **self._n_step_fields(batch.index.cpu().numpy(), n_step, gamma))
         return result if self.device.type == "cpu" else result.to(self.device)
 
-    def _n_step_rows(
-        self, index: np.ndarray, n_step: int, gamma: float
-    ) -> tuple[np.ndarray, Tensor, Tensor]:
-        """For flat ``index``: the flat index of each window's last step, the n-step
-        return and the bootstrap discount (from the table, brought up to date)."""
+    def _n_step_fields(self, index: np.ndarray, n_step: int, gamma: float) -> dict[str, Any]:
+        """What an n-step window changes of the transitions at flat ``index``: the n-step
+        return, the bootstrap discount, and ``terminated``, ``truncated`` and ``obs_next``
+        of each window's last step (from the table, brought up to date)."""
         table = self._n_step_table(n_step, gamma)
-        return (
-            table.last[index],
-            torch.from_numpy(table.ret[index]),
-            torch.from_numpy(table.discount[index]),
-        )
+        f = self._flat
+        last = table.last[index]
+        return {
+            "rew": torch.from_numpy(table.ret[index]),
+            "terminated": torch.from_numpy(f["terminated"][last]),
+            "truncated": torch.from_numpy(f["truncated"][last]),
+            "obs_next": _gather(f["obs_next"], last),
+            "discount": torch.from_numpy(table.discount[index]),
+        }
 
     def _n_step_table(self, n_step: int, gamma: float) -> NStepTable:
         """The n-step table of ``(n_step, gamma)``, up to date with the storage."""
