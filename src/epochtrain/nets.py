@@ -122,13 +122,13 @@ class SoftUpdate:
             a is c and b is d for (a, b), (c, d) in zip(pairs, self.pairs, strict=True)
         )
 
-    @torch.no_grad()
     def __call__(self, tau: float) -> None:
         """``target <- (1 - tau) * target + tau * online`` for every pair; buffers copied."""
-        if self.targets:
-            torch._foreach_lerp_(self.targets, self.onlines, tau)
-        for tb, ob in zip(self.target_bufs, self.online_bufs, strict=True):
-            tb.copy_(ob)
+        with torch.no_grad():
+            if self.targets:
+                torch._foreach_lerp_(self.targets, self.onlines, tau)
+            for tb, ob in zip(self.target_bufs, self.online_bufs, strict=True):
+                tb.copy_(ob)
 
 
 def _tensors(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:

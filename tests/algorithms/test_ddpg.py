@@ -5,6 +5,8 @@ Also home of :class:`MatchEnv`, the tiny continuous env the TD3 and TD3+BC tests
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from epochtrain.algorithms import DDPG, DDPGTrainingStats
@@ -270,3 +273,33 @@ def test_an_optimizer_step_differentiates_only_its_own_unfrozen_parameters() -> 
     before = params(policy.actor)
     policy.update_actor(-policy.actor_q(obs).mean())
     assert all(torch.equal(a, b) for a, b in zip(before, params(policy.actor), strict=True))
+
+
+def test_a_critic_step_with_every_critic_frozen_changes_nothing() -> None:
+    # the critic loss takes the isolated path (a plain backward): frozen is still no error
+    policy = DDPG(OBS_SPACE, ACT_SPACE, hidden=(16,))
+    batch, obs, act, obs_next = policy.prepare(make_batch())
+    policy.critics.requires_grad_(False)
+    before = params(policy.critics)
+    loss, _ = policy.update_critics(batch, obs, act, obs_next)
+    assert math.isfinite(loss)
+    assert all(torch.equal(a, b) for a, b in zip(before, params(policy.critics), strict=True))
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_optimize_returns_the_loss_and_isolated_steps_match(isolated: bool) -> None:
+    torch.manual_seed(0)
+    policy = DDPG(OBS_SPACE, ACT_SPACE, hidden=(16,))
+    twin = copy.deepcopy(policy)
+    batch, obs, act, obs_next = policy.prepare(make_batch())
+
+    def critic_loss(p: DDPG) -> torch.Tensor:
+        target = p.compute_target(batch, obs_next)
+        return F.mse_loss(p.critics[0](obs, act), target)
+
+    loss = critic_loss(policy)
+    expected = loss.item()
+    assert policy.optimize("critic", loss, isolated=isolated) == expected
+    twin.optimize("critic", critic_loss(twin), isolated=not isolated)
+    for a, b in zip(params(policy.critics), params(twin.critics), strict=True):
+        assert torch.equal(a, b)  # a plain backward and backward(inputs=own): the same bits

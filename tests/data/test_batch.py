@@ -75,6 +75,16 @@ def test_to_cpu_keeps_values_without_copying() -> None:
     assert moved.obs["pos"] is batch.obs["pos"]
     assert moved.rew.device == torch.device("cpu")
     assert moved.to(torch.device("cpu")).value is batch.value
+    assert batch.to("cpu") is batch  # every tensor there already: the batch itself
+
+
+def test_to_another_device_moves_every_tensor() -> None:
+    batch = _batch()
+    moved = batch.to("meta")  # a device every machine has
+    assert moved is not batch
+    assert all(t.device.type == "meta" for t in moved.tensors())
+    assert len(moved.tensors()) == len(batch.tensors())
+    assert all(t.device.type == "cpu" for t in batch.tensors())
 
 
 def test_done_is_terminated_or_truncated() -> None:

@@ -115,10 +115,10 @@ class A2C(ActorCriticPolicy[A2CTrainingStats]):
         loss_critic = F.mse_loss(value, ret)
         loss_entropy = -entropy.mean()
         loss = loss_actor + self.vf_coef * loss_critic + self.ent_coef * loss_entropy
-        self.optimize("a2c", loss, max_grad_norm=self.max_grad_norm)
+        loss_value = self.optimize("a2c", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         single = SequenceSummaryStats.single
         return A2CTrainingStats(
-            loss=single(loss.item()),
+            loss=single(loss_value),
             loss_actor=single(loss_actor.item()),
             loss_critic=single(loss_critic.item()),
             loss_entropy=single(loss_entropy.item()),

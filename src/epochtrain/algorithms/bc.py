@@ -127,5 +127,5 @@ class BC(Policy[BCTrainingStats]):
         else:
             target = batch.act.to(out.dtype).reshape(out.shape)
             loss = F.mse_loss(self.squash(out), target)
-        self.optimize("net", loss)
-        return BCTrainingStats(loss=SequenceSummaryStats.single(loss.item()))
+        loss_value = self.optimize("net", loss, isolated=True)
+        return BCTrainingStats(loss=SequenceSummaryStats.single(loss_value))

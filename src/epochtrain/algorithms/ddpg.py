@@ -105,10 +105,9 @@ class DDPG(DeterministicActorCritic[DDPGTrainingStats]):
         """One critic step, one actor step and a Polyak update of both targets."""
         batch, obs, act, obs_next = self.prepare(batch)
         loss_critic, q_mean = self.update_critics(batch, obs, act, obs_next)
-        loss_actor = -self.actor_q(obs).mean()
-        self.update_actor(loss_actor)
+        loss_actor = self.update_actor(-self.actor_q(obs).mean())
         return DDPGTrainingStats(
-            loss_actor=SequenceSummaryStats.single(loss_actor.item()),
+            loss_actor=SequenceSummaryStats.single(loss_actor),
             loss_critic=SequenceSummaryStats.single(loss_critic),
             q_mean=SequenceSummaryStats.single(q_mean),
         )

@@ -145,11 +145,11 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         act = self.to_normalised_action(batch.act.reshape(len(batch), -1))
         return batch, obs, act, obs_next
 
-    @torch.no_grad()
     def target_action(self, obs_next: Tensor) -> Tensor:
         """Target policy smoothing: ``clip(pi'(s') + clip(N(0, policy_noise), +-noise_clip))``.
 
-        With ``policy_noise == 0`` (DDPG) this is the target actor's action as is.
+        With ``policy_noise == 0`` (DDPG) this is the target actor's action as is. No
+        gradient flows: the target actor's parameters never require one.
         """
         u = self.pi_target(obs_next)
         if self.policy_noise > 0:
@@ -163,18 +163,19 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         """The target actor's normalised action."""
         return torch.tanh(self.actor_target(obs))
 
-    @torch.no_grad()
     def compute_target(self, batch: Batch, obs_next: Tensor) -> Tensor:
         """TD target ``r + gamma * (1 - terminated) * min_i Q'_i(s', target_action(s'))``
-        (n-step: ``r`` the discounted sum of n rewards, ``s'`` the n-th next state).
+        (n-step: ``r`` the discounted sum of n rewards, ``s'`` the n-th next state),
+        computed without gradient.
 
         Only termination cuts the bootstrap: a truncated transition still bootstraps from
         its true final observation.
         """
-        a_next = self.target_action(obs_next)
-        q_next = _min_q([q(obs_next, a_next) for q in self.critic_targets])
-        discount = bootstrap_discount(batch, self.gamma, q_next)
-        target: Tensor = batch.rew.to(q_next.dtype) + discount * q_next
+        with torch.no_grad():
+            a_next = self.target_action(obs_next)
+            q_next = _min_q([q(obs_next, a_next) for q in self.critic_targets])
+            discount = bootstrap_discount(batch, self.gamma, q_next)
+            target: Tensor = batch.rew.to(q_next.dtype) + discount * q_next
         return target
 
     def update_critics(
@@ -192,9 +193,10 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
             loss = losses[0] if len(losses) == 1 else losses[0] + losses[1]
         else:
             loss = torch.stack(losses).sum()
-        self.optimize("critic", loss, max_grad_norm=self.max_grad_norm)
-        self.n_updates += 1
-        return loss.item(), qs[0].detach().mean().item()
+        loss_value = self.optimize("critic", loss, max_grad_norm=self.max_grad_norm, isolated=True)
+        # a plain int: object's setattr skips nn.Module's checks, run on every step
+        object.__setattr__(self, "n_updates", self.n_updates + 1)
+        return loss_value, qs[0].detach().mean().item()
 
     def actor_due(self) -> bool:
         """Whether the critic step just taken is followed by an actor step."""
@@ -205,10 +207,12 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         q: Tensor = self.critics[0](obs, self.pi(obs))
         return q
 
-    def update_actor(self, loss: Tensor) -> None:
-        """One actor step on ``loss``, then Polyak updates of every target network."""
-        self.optimize("actor", loss, max_grad_norm=self.max_grad_norm)
+    def update_actor(self, loss: Tensor) -> float:
+        """One actor step on ``loss``, then Polyak updates of every target network;
+        returns the loss as a float."""
+        loss_value = self.optimize("actor", loss, max_grad_norm=self.max_grad_norm)
         self.soft_update_targets(self.tau)
+        return loss_value
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """The actor and each critic, each with its target network."""

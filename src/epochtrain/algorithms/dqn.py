@@ -277,13 +277,14 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
             loss = per_sample.mean()
         else:
             loss = (per_sample * batch.weight.to(per_sample.dtype)).mean()
-        self._last_td = (q.detach(), target)
-        self.optimize("q", loss, max_grad_norm=self.max_grad_norm)
-        self.n_updates += 1
+        object.__setattr__(self, "_last_td", (q.detach(), target))  # as n_updates below
+        loss_value = self.optimize("q", loss, max_grad_norm=self.max_grad_norm, isolated=True)
+        # a plain int: object's setattr skips nn.Module's checks, run on every step
+        object.__setattr__(self, "n_updates", self.n_updates + 1)
         if self.n_updates % self.target_update_freq == 0:
             self.sync_target()
         return DQNTrainingStats(
-            loss=SequenceSummaryStats.single(loss.item()),
+            loss=SequenceSummaryStats.single(loss_value),
             q_mean=SequenceSummaryStats.single(q.detach().mean().item()),
             epsilon=SequenceSummaryStats.single(self.epsilon),
         )

@@ -107,10 +107,10 @@ class PG(ActorCriticPolicy[PGTrainingStats]):
         else:
             loss_critic = torch.zeros((), device=self.device)
         loss = loss_actor + self.vf_coef * loss_critic
-        self.optimize("pg", loss, max_grad_norm=self.max_grad_norm)
+        loss_value = self.optimize("pg", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         single = SequenceSummaryStats.single
         return PGTrainingStats(
-            loss=single(loss.item()),
+            loss=single(loss_value),
             loss_actor=single(loss_actor.item()),
             loss_critic=single(loss_critic.item()),
             entropy=single(entropy.mean().item()),

@@ -151,7 +151,7 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         loss = loss_actor + self.vf_coef * loss_critic
         if self.ent_coef != 0:
             loss = loss + self.ent_coef * loss_entropy
-        self.optimize("ppo", loss, max_grad_norm=self.max_grad_norm)
+        self.optimize("ppo", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()
             clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()

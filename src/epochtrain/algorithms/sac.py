@@ -307,13 +307,13 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
             q = self.min_q(obs, act)
             loss_actor = (alpha_t * logp_a - q).mean()
             entropy = -logp_a.mean()
-        self.optimize("actor", loss_actor)  # gradients for the actor's parameters only
+        # gradients for the actor's parameters only
+        loss_actor_value = self.optimize("actor", loss_actor)
         loss_alpha = 0.0
         if self.auto_alpha:
             alpha_loss = self.log_alpha * (entropy.detach() - self.target_entropy)
-            self.optimize("alpha", alpha_loss)
-            loss_alpha = alpha_loss.item()
-        return loss_actor.item(), loss_alpha, alpha_t.item(), entropy.item()
+            loss_alpha = self.optimize("alpha", alpha_loss, isolated=True)
+        return loss_actor_value, loss_alpha, alpha_t.item(), entropy.item()
 
     def update_targets(self) -> None:
         """Polyak update of the target critics with rate ``tau``."""
@@ -342,13 +342,13 @@ class SAC(SACBase[SACTrainingStats]):
     def learn(self, batch: Batch) -> SACTrainingStats:
         """One critic step, one actor step, one temperature step, one target update."""
         batch = batch.to(self.device)
-        loss_critic, q = self.critic_td_loss(batch)
-        self.optimize("critic", loss_critic)
+        loss, q = self.critic_td_loss(batch)
+        loss_critic = self.optimize("critic", loss, isolated=True)
         loss_actor, loss_alpha, alpha, entropy = self.actor_alpha_step(_tensor(batch.obs))
         self.update_targets()
         single = SequenceSummaryStats.single
         return SACTrainingStats(
-            loss_critic=single(loss_critic.item()),
+            loss_critic=single(loss_critic),
             loss_actor=single(loss_actor),
             loss_alpha=single(loss_alpha),
             alpha=single(alpha),

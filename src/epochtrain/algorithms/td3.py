@@ -102,9 +102,8 @@ class TD3(DeterministicActorCritic[TD3TrainingStats]):
         due = self.actor_due()
         actor_stat = SequenceSummaryStats.not_measured()
         if due:
-            loss_actor = -self.actor_q(obs).mean()
-            self.update_actor(loss_actor)
-            actor_stat = SequenceSummaryStats.single(loss_actor.item())
+            loss_actor = self.update_actor(-self.actor_q(obs).mean())
+            actor_stat = SequenceSummaryStats.single(loss_actor)
         return TD3TrainingStats(
             loss_actor=actor_stat,
             loss_critic=SequenceSummaryStats.single(loss_critic),

@@ -159,8 +159,7 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
             lmbda = self.alpha / q.abs().mean().detach().clamp_min(1e-8)
             loss_bc = F.mse_loss(pi, act)
             loss_actor = -lmbda * q.mean() + loss_bc
-            self.update_actor(loss_actor)
-            stat_actor = SequenceSummaryStats.single(loss_actor.item())
+            stat_actor = SequenceSummaryStats.single(self.update_actor(loss_actor))
             stat_bc = SequenceSummaryStats.single(loss_bc.item())
             stat_lmbda = SequenceSummaryStats.single(lmbda.item())
         return TD3BCTrainingStats(

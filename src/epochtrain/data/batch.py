@@ -34,6 +34,12 @@ def obs_map(fn: Callable[[Tensor], Tensor], obs: Obs) -> Obs:
     return {k: obs_map(fn, v) for k, v in obs.items()}
 
 
+def _leaves(obs: Obs) -> list[Tensor]:
+    if isinstance(obs, Tensor):
+        return [obs]
+    return [t for v in obs.values() for t in _leaves(v)]
+
+
 def _first_tensor(obs: Obs) -> Tensor:
     while not isinstance(obs, Tensor):
         obs = next(iter(obs.values()))
@@ -96,8 +102,25 @@ class Batch:
         return self.map(lambda t: t[index])
 
     def to(self, device: torch.device | str) -> Batch:
-        """The batch on ``device`` (no copy when it is there already)."""
-        return self.map(lambda t: t.to(device))
+        """The batch on ``device``: ``self`` when every tensor is there already."""
+        dev = torch.device(device)
+        if all(t.device == dev for t in self.tensors()):
+            return self
+        return self.map(lambda t: t.to(dev))
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor of the batch (observations' leaves included), None fields left out."""
+        out: list[Tensor] = []
+        for value in (self.obs, self.obs_next):
+            if isinstance(value, Tensor):
+                out.append(value)
+            else:
+                out.extend(_leaves(value))
+        fields = (self.act, self.rew, self.terminated, self.truncated, self.logp, self.value)
+        for t in (*fields, self.adv, self.ret, self.weight, self.valid, self.index, self.discount):
+            if t is not None:
+                out.append(t)
+        return out
 
     def flatten(self) -> Batch:
         """Merge the two leading dims ``[time, env]`` into one."""
