@@ -8,7 +8,9 @@ step of
   ``Policy.sample_batch`` (``buffer.sample`` of n-step transitions -> ``process_sample``)
   -> ``Policy.learn`` -> ``Policy.post_learn`` (PPO: ``learn``
   on a minibatch of a processed rollout), stats included. Between gradient steps it also
-  writes env steps into the buffer as the tuned settings' collect steps do
+  reads every step's stats at the end of each update step, as the trainer does
+  (``loss_stats()``), and writes env steps into the buffer as the tuned settings' collect
+  steps do
   (``WRITES``: DQN 256 env steps before every 128 gradient steps, SAC 2 before each, TD3
   1), so the buffer's n-step sums are brought up to date as in training; the writes are
   the collector's work in a real run and are charged to this contender all the same;
@@ -75,8 +77,11 @@ ENVS = {"dqn": "CartPole-v1", "dqn-per": "CartPole-v1", "dqn-plain": "CartPole-v
 WRITES = {"dqn": (256, 128), "dqn-per": (256, 128), "dqn-plain": (256, 128), "sac": (2, 1),
           "td3": (1, 1)}  # fmt: skip
 """``(env steps, gradient steps)``: a collect step's env steps written to the buffer
-before that many gradient steps, as the tuned settings' ``step_per_collect`` and
-``update_per_step`` do."""
+before that many gradient steps (an update step), as the tuned settings'
+``step_per_collect`` and ``update_per_step`` do."""
+PPO_UPDATE = 20
+"""PPO's gradient steps per update step on CartPole-v1 (20 passes over a rollout of 256,
+one minibatch each)."""
 BATCH = {"dqn": 64, "dqn-per": 64, "dqn-plain": 64, "ppo": 256, "sac": 256, "td3": 256}
 """Minibatch sizes of the tuned settings."""
 
@@ -263,6 +268,7 @@ class GradContenders:
 
     def __init__(self, algo: str, seed: int) -> None:
         torch.manual_seed(seed)
+        self.unread: list[Any] = []
         env_id, bs = ENVS[algo], BATCH[algo]
         self.algo, self.bs = algo, bs
         if algo == "ppo":
@@ -315,7 +321,7 @@ class GradContenders:
     def step_ours(self) -> None:
         if self.algo == "ppo":
             idx = torch.randint(len(self.rollout), (self.bs,))
-            self.policy.learn(self.rollout.map(lambda t: t[idx]))
+            self.read_stats(self.policy.learn(self.rollout.map(lambda t: t[idx])), PPO_UPDATE)
             return
         rows, every = WRITES[self.algo]
         if self.steps % every == 0:
@@ -324,8 +330,18 @@ class GradContenders:
                 self.next_row = (self.next_row + 1) % len(self.rows)
         self.steps += 1
         batch = self.policy.sample_batch(self.buffer, self.bs)
-        self.policy.learn(batch)
+        self.read_stats(self.policy.learn(batch), every)
         self.policy.post_learn(batch, self.buffer)
+
+    def read_stats(self, stats: Any, per_update: int) -> None:
+        """Read every step's stats at the end of each update step of ``per_update``
+        gradient steps, as the trainer does (``loss_stats()``: its non-finite check and
+        moving averages), so stats a policy defers are paid for here."""
+        self.unread.append(stats)
+        if len(self.unread) >= per_update:
+            for s in self.unread:
+                s.loss_stats()
+            self.unread.clear()
 
     def step_minimal(self) -> None:
         if self.algo == "ppo":

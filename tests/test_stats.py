@@ -10,6 +10,7 @@ import pytest
 
 from epochtrain.stats import (
     CollectStats,
+    DeferredReads,
     MovAvg,
     SequenceSummaryStats,
     TrainingStats,
@@ -125,3 +126,52 @@ def test_movavg_state_dict_round_trip() -> None:
 def test_movavg_rejects_bad_size() -> None:
     with pytest.raises(ValueError, match="size"):
         MovAvg(size=0)
+
+
+def test_deferred_reads_compute_every_waiting_step_once_on_first_use() -> None:
+    calls: list[list[float]] = []
+
+    def compute(records: list[float]) -> list[list[float]]:
+        calls.append(list(records))
+        return [[r, 2 * r] for r in records]
+
+    reads = DeferredReads(compute)
+    first = reads.defer(1.0, 2)
+    second = reads.defer(3.0, 2)
+    assert calls == [] and len(reads) == 2  # nothing computed until a number is read
+    assert second[1].mean == 6.0
+    assert calls == [[1.0, 3.0]] and len(reads) == 0  # one call for both steps
+    assert first[0].mean == 1.0 and first[1].max == 2.0 and first[1].std == 0.0
+    assert calls == [[1.0, 3.0]]
+    # a filled summary is a plain one: equal to, printed and serialised as one
+    assert first[0] == SequenceSummaryStats.single(1.0)
+    assert type(first[0]) is SequenceSummaryStats and "Deferred" not in repr(first[0])
+    assert dataclasses.asdict(second[0]) == {"mean": 3.0, "std": 0.0, "min": 3.0, "max": 3.0}
+    reads.read()  # nothing waits: no call
+    assert len(calls) == 1
+
+
+def test_deferred_reads_hold_at_most_max_records() -> None:
+    sizes: list[int] = []
+
+    def compute(records: list[int]) -> list[list[float]]:
+        sizes.append(len(records))
+        return [[float(r)] for r in records]
+
+    reads = DeferredReads(compute, max_records=4)
+    stats = [reads.defer(i, 1)[0] for i in range(10)]  # never read by the loop
+    assert sizes == [4, 4] and len(reads) == 2
+    assert [s.mean for s in stats] == [float(i) for i in range(10)]
+    assert sizes == [4, 4, 2]
+
+
+def test_a_deferred_summary_counts_as_measured_and_aggregates() -> None:
+    reads = DeferredReads(lambda records: [[r] for r in records])
+    one = SequenceSummaryStats.single
+    per_step = [
+        LossStats(loss=reads.defer(v, 1)[0], loss_critic=one(1.0), q_mean=one(0.0))
+        for v in (1.0, 3.0)
+    ]
+    assert per_step[0].loss_stats()["loss"] == 1.0
+    total = aggregate_training_stats(per_step, train_time=0.0)
+    assert total is not None and total.loss.mean == 2.0 and total.loss.max == 3.0

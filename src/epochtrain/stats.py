@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -19,6 +19,7 @@ import numpy as np
 
 __all__ = [
     "CollectStats",
+    "DeferredReads",
     "EpochStats",
     "InfoStats",
     "MovAvg",
@@ -82,6 +83,79 @@ class _NotMeasured(SequenceSummaryStats):
     @property
     def measured(self) -> bool:
         return False
+
+
+_SUMMARY_NUMBERS = frozenset({"mean", "std", "min", "max"})
+
+
+class _Deferred(SequenceSummaryStats):
+    """A one-step summary whose number a :class:`DeferredReads` fills in on first use."""
+
+    def __init__(self, reads: DeferredReads[Any]) -> None:  # mean, ... unset until read
+        self._reads = reads
+
+    def __getattr__(self, name: str) -> float:
+        # only called for attributes not set yet: the four numbers before the read
+        if name not in _SUMMARY_NUMBERS:
+            raise AttributeError(name)
+        self._reads.read()
+        value: float = self.__dict__[name]
+        return value
+
+    def _fill(self, value: float) -> None:
+        self.mean = self.min = self.max = value
+        self.std = 0.0
+        del self._reads
+        # from here on a plain one-step summary: equal to, printed and copied as one
+        object.__setattr__(self, "__class__", SequenceSummaryStats)
+
+
+TRecord = TypeVar("TRecord")
+
+
+class DeferredReads(Generic[TRecord]):
+    """Statistics of many gradient steps computed and read back together.
+
+    A policy whose per-step statistics cost tensor ops (PPO's KL and clip fraction) keeps
+    what they are computed from, one ``record`` per :meth:`defer`, and returns
+    :class:`SequenceSummaryStats` that are filled in on first use: reading any number of
+    any of them calls ``compute(records)`` once for every record not read yet, which
+    returns one list of floats per record, in the order of the names. The trainer reads
+    an update step's stats at its end, so the ops run batched and the values cross to the
+    host once per update step instead of once per gradient step. At most ``max_records``
+    wait (a loop that never reads its stats holds no more).
+    """
+
+    def __init__(
+        self, compute: Callable[[list[TRecord]], list[list[float]]], max_records: int = 256
+    ) -> None:
+        self.compute = compute
+        self.max_records = max_records
+        self._records: list[TRecord] = []
+        self._stats: list[list[_Deferred]] = []
+
+    def defer(self, record: TRecord, n_values: int) -> list[SequenceSummaryStats]:
+        """``n_values`` summaries of one gradient step, filled in from ``record`` later."""
+        if len(self._records) >= self.max_records:
+            self.read()
+        stats = [_Deferred(self) for _ in range(n_values)]
+        self._records.append(record)
+        self._stats.append(stats)
+        return list(stats)
+
+    def read(self) -> None:
+        """Compute and fill in every summary not read yet (nothing when none waits)."""
+        if not self._records:
+            return
+        records, stats = self._records, self._stats
+        self._records, self._stats = [], []
+        values = self.compute(records)
+        for row, summaries in zip(values, stats, strict=True):
+            for value, summary in zip(row, summaries, strict=True):
+                summary._fill(value)
+
+    def __len__(self) -> int:
+        return len(self._records)
 
 
 @dataclass
@@ -154,11 +228,23 @@ class TrainingStats:
         A field named ``loss`` keeps its name; ``loss_<part>`` becomes ``loss/<part>``.
         """
         out: dict[str, float] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for name, key in _stat_keys(type(self)):
+            value = getattr(self, name)
             if isinstance(value, SequenceSummaryStats) and value.measured:
-                out[_stat_key(f.name)] = value.mean
+                out[key] = value.mean
         return out
+
+
+_STAT_KEYS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _stat_keys(cls: type[TrainingStats]) -> tuple[tuple[str, str], ...]:
+    """``(field name, loss_stats key)`` of every field of ``cls``, listed once per class
+    (``loss_stats`` runs on every gradient step)."""
+    keys = _STAT_KEYS.get(cls)
+    if keys is None:
+        keys = _STAT_KEYS[cls] = tuple((f.name, _stat_key(f.name)) for f in dataclasses.fields(cls))
+    return keys
 
 
 def _stat_key(name: str) -> str:

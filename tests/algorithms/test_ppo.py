@@ -265,3 +265,43 @@ def test_gaussian_policy_learns_its_state_independent_log_std() -> None:
     clone.load_state_dict(policy.state_dict())
     assert torch.equal(clone.log_std, policy.log_std)
     assert policy.learn(batch).loss.mean == clone.learn(batch).loss.mean
+
+
+def test_diagnostics_read_for_an_update_step_at_once_match_each_steps_own() -> None:
+    torch.manual_seed(0)
+    policy = PPO(OBS_SPACE, gym.spaces.Discrete(3), ent_coef=0.01)
+    steps, expected = [], []
+    for size, clip in ((32, 0.2), (32, 0.1), (7, 0.1)):  # two sizes, two clip ranges
+        policy.clip_range_now = clip
+        batch = Batch(
+            obs=torch.randn(size, 4),
+            act=torch.randint(3, (size,)),
+            rew=torch.randn(size),
+            terminated=torch.zeros(size, dtype=torch.bool),
+            truncated=torch.zeros(size, dtype=torch.bool),
+            obs_next=torch.randn(size, 4),
+            logp=torch.randn(size).clamp(-3.0, -0.1),
+            adv=torch.randn(size),
+            ret=torch.randn(size),
+        )
+        with torch.no_grad():  # the step's own numbers, from the weights it starts with
+            log_ratio = policy.log_prob(batch.obs, batch.act) - batch.logp
+            ratio = log_ratio.exp()
+            value = policy.value(batch.obs)
+        expected.append(
+            (
+                ((ratio - 1.0) - log_ratio).mean().item(),
+                ((ratio - 1.0).abs() > clip).float().mean().item(),
+                explained_variance(batch.ret, value),
+            )
+        )
+        steps.append(policy.learn(batch))
+    for stats, (kl, clipped, explained) in zip(steps, expected, strict=True):
+        assert stats.approx_kl.mean == pytest.approx(kl, rel=1e-5, abs=1e-7)
+        assert stats.clip_fraction.mean == pytest.approx(clipped)
+        assert stats.explained_variance.mean == pytest.approx(explained, rel=1e-5)
+        assert stats.entropy.mean == -stats.loss_entropy.mean > 0
+        assert stats.loss.mean == pytest.approx(
+            stats.loss_actor.mean + 0.5 * stats.loss_critic.mean - 0.01 * stats.entropy.mean,
+            rel=1e-5,
+        )

@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from epochtrain.algorithms.a2c import A2CTrainingStats
 from epochtrain.algorithms.actor_critic import (
@@ -32,12 +33,11 @@ from epochtrain.algorithms.actor_critic import (
     AdvantageConfig,
     explained_from,
     obs_tensor,
-    variances,
 )
 from epochtrain.algorithms.base import resolve_config
 from epochtrain.config import param
 from epochtrain.data.batch import Batch
-from epochtrain.stats import SequenceSummaryStats
+from epochtrain.stats import DeferredReads, SequenceSummaryStats
 
 __all__ = ["PPO", "PPOConfig", "PPOTrainingStats"]
 
@@ -104,6 +104,7 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         self.optimizers["ppo"] = torch.optim.Adam(
             self.trainable_parameters(), lr=cfg.lr, eps=1e-5, fused=True
         )
+        self._reads = DeferredReads(_read_diagnostics)
 
     def set_progress(self, env_step: int) -> None:
         """Anneal the learning rate and clip range for ``env_step`` collected steps."""
@@ -151,23 +152,28 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         loss = loss_actor + self.vf_coef * loss_critic
         if self.ent_coef != 0:
             loss = loss + self.ent_coef * loss_entropy
-        self.optimize("ppo", loss, max_grad_norm=self.max_grad_norm, isolated=True)
-        with torch.no_grad():
-            approx_kl = ((ratio - 1.0) - log_ratio).mean()
-            clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
-            scalars = [loss, loss_actor, loss_critic, loss_entropy, approx_kl, clip_fraction]
-            # one read-back, not eight
-            values = torch.cat([torch.stack(scalars), variances(ret, value)]).tolist()
-        single = SequenceSummaryStats.single
+        loss_value = self.optimize("ppo", loss, max_grad_norm=self.max_grad_norm, isolated=True)
+        # the diagnostics are computed and read back for the whole update step at once
+        # (DeferredReads): here only what they are computed from is kept
+        record = _StepRecord(
+            losses=(loss_actor.detach(), loss_critic.detach(), loss_entropy.detach()),
+            log_ratio=log_ratio.detach(),
+            clip=clip,
+            ret=ret,
+            value=value.detach(),
+        )
+        actor, critic, entropy_loss, kl, clipped, explained, entropy_stat = self._reads.defer(
+            record, 7
+        )
         return PPOTrainingStats(
-            loss=single(values[0]),
-            loss_actor=single(values[1]),
-            loss_critic=single(values[2]),
-            loss_entropy=single(values[3]),
-            approx_kl=single(values[4]),
-            clip_fraction=single(values[5]),
-            explained_variance=single(explained_from(values[6], values[7])),
-            entropy=single(-values[3]),
+            loss=SequenceSummaryStats.single(loss_value),
+            loss_actor=actor,
+            loss_critic=critic,
+            loss_entropy=entropy_loss,
+            approx_kl=kl,
+            clip_fraction=clipped,
+            explained_variance=explained,
+            entropy=entropy_stat,
         )
 
     def get_extra_state(self) -> dict[str, Any]:
@@ -180,3 +186,42 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         """Restore what :meth:`get_extra_state` returned."""
         super().set_extra_state(state)
         self.clip_range_now = float(state["clip_range_now"])
+
+
+@dataclass(frozen=True)
+class _StepRecord:
+    """What the statistics of one PPO gradient step are computed from (all detached)."""
+
+    losses: tuple[Tensor, Tensor, Tensor]
+    """``loss_actor``, ``loss_critic``, ``loss_entropy``."""
+    log_ratio: Tensor
+    clip: float
+    ret: Tensor
+    value: Tensor
+
+
+def _read_diagnostics(records: list[_StepRecord]) -> list[list[float]]:
+    """Per record: actor, critic and entropy losses, approximate KL, clip fraction,
+    explained variance and entropy; the ops batched over records of one minibatch size,
+    one read-back for all."""
+    with torch.no_grad():
+        losses = torch.stack([t for r in records for t in r.losses]).reshape(len(records), 3)
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(records):
+            groups.setdefault(r.log_ratio.shape[0], []).append(i)
+        parts, order = [], []
+        for members in groups.values():
+            log_ratio = torch.stack([records[i].log_ratio for i in members])
+            ret = torch.stack([records[i].ret for i in members])
+            value = torch.stack([records[i].value for i in members])
+            clip = torch.tensor([[records[i].clip] for i in members], device=log_ratio.device)
+            ratio_m1 = log_ratio.exp() - 1.0
+            kl = (ratio_m1 - log_ratio).mean(dim=1)
+            clipped = (ratio_m1.abs() > clip).float().mean(dim=1)
+            ret_var = ret.var(dim=1, correction=0)
+            residual_var = (ret - value).var(dim=1, correction=0)
+            parts.append(torch.stack([kl, clipped, ret_var, residual_var], dim=1))
+            order += members
+        diag = torch.cat(parts)[torch.tensor(order).argsort()]
+        rows = torch.cat([losses, diag.to(losses.dtype)], dim=1).tolist()
+    return [[a, c, e, kl, cf, explained_from(rv, res), -e] for a, c, e, kl, cf, rv, res in rows]

@@ -261,6 +261,7 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         self._rng_state: dict[str, Any] | None = None
         self._mov_avg: defaultdict[str, MovAvg] = defaultdict(MovAvg)
         self._pending_steps: list[TTrainingStats] = []
+        self._n_read_steps = 0  # of _pending_steps, read by _read_steps
         self._epoch_steps: list[TTrainingStats] = []
         self._epoch_collects: list[CollectStats] = []
         self._epoch_update_time = 0.0
@@ -446,15 +447,30 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
             return batch
         stats.train_time = time.perf_counter() - start
         self.state.gradient_step += 1
-        for key, value in stats.loss_stats().items():
-            if not math.isfinite(value) and self.params.on_nonfinite != "skip":
-                bad = NonFiniteError(f"the loss {key!r} is {value}", where=f"loss {key!r}")
-                on_nonfinite(self, bad, f"gradient step {self.state.gradient_step}")
-            self._mov_avg[key].add(value)
         self._pending_steps.append(stats)
         if ops["post_loss"] or ops["post_optim"] or ops["post_optim_log"]:
+            self._read_steps()  # hooks that see every step read its stats now
             self._after_gradient_step(stats)
         return batch
+
+    def _read_steps(self) -> None:
+        """Read the stats of the update step's gradient steps not read yet: the non-finite
+        check and the moving averages, in step order.
+
+        Called once per update step (at its end) unless hooks see every gradient step: a
+        policy's stats may be computed and read back then (:class:`~epochtrain.stats.
+        DeferredReads`), so a non-finite statistic is found at the end of the update
+        step (the loss an optimizer steps on is checked before its step, in ``optimize``).
+        """
+        steps, first = self._pending_steps, self._n_read_steps
+        self._n_read_steps = len(steps)
+        for i in range(first, len(steps)):
+            for key, value in steps[i].loss_stats().items():
+                if not math.isfinite(value) and self.params.on_nonfinite != "skip":
+                    step = self.state.gradient_step - (len(steps) - 1 - i)
+                    bad = NonFiniteError(f"the loss {key!r} is {value}", where=f"loss {key!r}")
+                    on_nonfinite(self, bad, f"gradient step {step}")
+                self._mov_avg[key].add(value)
 
     def _after_gradient_step(self, stats: TrainingStats) -> None:
         self._ops.call("post_loss", stats)
@@ -475,7 +491,8 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         """Aggregate the gradient steps of this update step, log them, return them."""
         self.state.update_time += update_time
         self._epoch_update_time += update_time
-        steps, self._pending_steps = self._pending_steps, []
+        self._read_steps()
+        steps, self._pending_steps, self._n_read_steps = self._pending_steps, [], 0
         self._epoch_steps.extend(steps)
         stats = aggregate_training_stats(steps, update_time)
         if stats is not None:
