@@ -68,6 +68,7 @@ from torch import Tensor, nn
 
 from epochtrain.algorithms import DQN, PPO, SAC, TD3
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
+from epochtrain.nets import EnsembleQCritic, QCritic
 
 GRAD_ALGOS = ("dqn", "dqn-per", "dqn-plain", "ppo", "sac", "td3")
 COLLECT_ALGOS = ("dqn", "ppo", "sac", "td3")
@@ -119,6 +120,25 @@ def flat(batch: Any) -> dict[str, Tensor]:
 
 
 # ------------------------------------------------------------------- minimal updates
+def separate_critics(critics: Any) -> list[QCritic]:
+    """The members of an ``EnsembleQCritic`` as separate ``QCritic`` networks (the plain
+    way to write twin critics) with the same weights."""
+    assert isinstance(critics, EnsembleQCritic)
+    ens = critics.net
+    hidden = [ens._layers[k][0].shape[2] for k in range(len(ens._layers) - 1)]
+    act_dim = ens.in_dim - critics.obs_dim
+    out = []
+    for i in range(ens.n):
+        q = QCritic(critics.obs_dim, act_dim, hidden, nn.ReLU)
+        linears = [m for m in q.net.net if isinstance(m, nn.Linear)]
+        with torch.no_grad():
+            for lin, (weight, bias) in zip(linears, ens._layers, strict=True):
+                lin.weight.copy_(weight[i].T)
+                lin.bias.copy_(bias[i, 0])
+        out.append(q)
+    return out
+
+
 def minimal_dqn(policy: DQN, weighted: bool) -> Callable[[dict[str, Tensor]], None]:
     """Double-Q Huber step (importance-weighted when ``weighted``: prioritized replay)."""
     q_net = copy.deepcopy(policy.q_net).requires_grad_(True)
@@ -174,7 +194,7 @@ def minimal_ppo(policy: PPO) -> Callable[[dict[str, Tensor]], None]:
 def minimal_sac(policy: SAC) -> Callable[[dict[str, Tensor]], None]:
     """Twin soft critics, reparameterised tanh-Gaussian actor, auto temperature, Polyak."""
     actor = copy.deepcopy(policy.actor)
-    q1, q2 = (copy.deepcopy(c).requires_grad_(True) for c in policy.critics)
+    q1, q2 = separate_critics(policy.critics)
     q1t, q2t = copy.deepcopy(q1).requires_grad_(False), copy.deepcopy(q2).requires_grad_(False)
     actor_params = list(actor.parameters())
     critic_params = [*q1.parameters(), *q2.parameters()]
@@ -225,7 +245,7 @@ def minimal_sac(policy: SAC) -> Callable[[dict[str, Tensor]], None]:
 def minimal_td3(policy: TD3) -> Callable[[dict[str, Tensor]], None]:
     """Twin critics, target policy smoothing, actor and targets every 2nd step."""
     actor = copy.deepcopy(policy.actor)
-    q1, q2 = (copy.deepcopy(c).requires_grad_(True) for c in policy.critics)
+    q1, q2 = separate_critics(policy.critics)
     actor_t = copy.deepcopy(actor).requires_grad_(False)
     q1t, q2t = copy.deepcopy(q1).requires_grad_(False), copy.deepcopy(q2).requires_grad_(False)
     actor_params = list(actor.parameters())

@@ -1,4 +1,5 @@
-"""Small networks the algorithms share: an MLP and the flat-input size of a space."""
+"""Small networks the algorithms share: an MLP, Q critics (alone or as one ensemble), target
+updates and the flat-input size of a space."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ from torch import Tensor, nn
 
 __all__ = [
     "MLP",
+    "EnsembleMLP",
+    "EnsembleQCritic",
     "QCritic",
     "SoftUpdate",
+    "all_outputs",
     "box_bounds",
     "flat_dim",
+    "q_value",
+    "q_values",
     "soft_update",
     "soft_update_pairs",
 ]
@@ -193,3 +199,149 @@ class QCritic(nn.Module):
         flat_obs = obs.reshape(obs.shape[0], self.obs_dim).float()
         q: Tensor = self.net(torch.cat([flat_obs, act.float()], dim=-1)).squeeze(-1)
         return q
+
+
+class EnsembleMLP(nn.Module):
+    """``n`` :class:`MLP` of one shape evaluated as one network.
+
+    Layer ``k`` of every member is one weight ``weight_k`` shaped ``[n, in, out]`` and one
+    bias ``bias_k`` shaped ``[n, 1, out]``, applied to all members with one batched matmul
+    (``baddbmm``): twin critics cost about two thirds of two separate networks on a small
+    CPU network, forward and backward. The members start as ``n`` :class:`MLP` built one
+    after the other would (the same initialisation and random draws).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        in_dim: int,
+        out_dim: int,
+        hidden: Sequence[int] = (64, 64),
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        if n < 1:
+            raise ValueError(f"an ensemble needs n >= 1 members, got n={n}")
+        members = [MLP(in_dim, out_dim, hidden, activation) for _ in range(n)]
+        linears = [[m for m in member.net if isinstance(m, nn.Linear)] for member in members]
+        self.n, self.in_dim, self.out_dim = n, in_dim, out_dim
+        self.activation = activation()
+        layers: list[tuple[nn.Parameter, nn.Parameter]] = []
+        for k in range(len(linears[0])):
+            weight = torch.stack([lin[k].weight.detach().T for lin in linears]).contiguous()
+            bias = torch.stack([lin[k].bias.detach() for lin in linears]).unsqueeze(1)
+            layers.append((nn.Parameter(weight), nn.Parameter(bias)))
+            self.register_parameter(f"weight_{k}", layers[-1][0])
+            self.register_parameter(f"bias_{k}", layers[-1][1])
+        # the same Parameter objects, listed once: moving the module or loading weights
+        # changes them in place, so the list stays valid (no attribute lookups per call)
+        self._layers = layers
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Every member's output for ``x`` (``[batch, ...]``, flattened), ``[n, batch, out]``."""
+        h = x.reshape(x.shape[0], self.in_dim).float().expand(self.n, -1, -1)
+        last = len(self._layers) - 1
+        for k, (weight, bias) in enumerate(self._layers):
+            h = torch.baddbmm(bias, h, weight)
+            if k < last:
+                h = self.activation(h)
+        return h
+
+    def member(self, i: int, x: Tensor) -> Tensor:
+        """Member ``i``'s output for ``x``, ``[batch, out]`` (the others are not computed)."""
+        h = x.reshape(x.shape[0], self.in_dim).float()
+        last = len(self._layers) - 1
+        for k, (weight, bias) in enumerate(self._layers):
+            h = torch.addmm(bias[i], h, weight[i])
+            if k < last:
+                h = self.activation(h)
+        return h
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        old = [k for k in state_dict if k.startswith(f"{prefix}0.net.")]
+        if old:  # a ModuleList of separate networks, as epochtrain saved before ensembles
+            error_msgs.append(
+                f"{prefix!r} holds separate critic networks ({old[0]!r}, ...), saved before "
+                "epochtrain evaluated twin critics as one ensemble: this version cannot "
+                "resume it; load it with the epochtrain that wrote it"
+            )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+class EnsembleQCritic(nn.Module):
+    """``n`` :class:`QCritic` of one shape as one :class:`EnsembleMLP`: ``Q_i(obs, act)``
+    of every member in one pass, ``[n, batch]``."""
+
+    def __init__(
+        self,
+        n: int,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.net = EnsembleMLP(n, obs_dim + act_dim, 1, hidden, activation)
+
+    def __len__(self) -> int:
+        return self.net.n
+
+    def _inputs(self, obs: Tensor, act: Tensor) -> Tensor:
+        return torch.cat([obs.reshape(obs.shape[0], self.obs_dim).float(), act.float()], dim=-1)
+
+    def forward(self, obs: Tensor, act: Tensor) -> Tensor:
+        """Every critic's Q-value of ``act`` at ``obs``, ``[n, batch]``."""
+        q: Tensor = self.net(self._inputs(obs, act))
+        return q.squeeze(-1)
+
+    def member(self, i: int, obs: Tensor, act: Tensor) -> Tensor:
+        """Critic ``i``'s Q-values, ``[batch]`` (the others are not computed)."""
+        return self.net.member(i, self._inputs(obs, act)).squeeze(-1)
+
+
+def q_values(critics: nn.Module, obs: Tensor, act: Tensor) -> Tensor:
+    """Every critic's ``Q(obs, act)``, ``[n, batch]``: one pass of an
+    :class:`EnsembleQCritic`, or a stack over a ``ModuleList`` of critics (a user's)."""
+    if isinstance(critics, EnsembleQCritic):
+        out: Tensor = critics(obs, act)
+        return out
+    return torch.stack([critic(obs, act) for critic in _members(critics)])
+
+
+def q_value(critics: nn.Module, i: int, obs: Tensor, act: Tensor) -> Tensor:
+    """Critic ``i``'s ``Q(obs, act)``, ``[batch]`` (:func:`q_values`' ``[i]``, computing
+    only that critic)."""
+    if isinstance(critics, EnsembleQCritic):
+        return critics.member(i, obs, act)
+    out: Tensor = _members(critics)[i](obs, act)
+    return out
+
+
+def all_outputs(networks: nn.Module, obs: Tensor) -> Tensor:
+    """Every network's output for ``obs``, ``[n, batch, out]``: one pass of an
+    :class:`EnsembleMLP`, or a stack over a ``ModuleList`` (discrete SAC's critics)."""
+    if isinstance(networks, EnsembleMLP):
+        out: Tensor = networks(obs)
+        return out
+    return torch.stack([net(obs) for net in _members(networks)])
+
+
+def _members(networks: nn.Module) -> nn.ModuleList:
+    if not isinstance(networks, nn.ModuleList):
+        raise TypeError(
+            f"critics must be an EnsembleQCritic, an EnsembleMLP or an nn.ModuleList of "
+            f"networks, got {type(networks).__name__}"
+        )
+    return networks

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from epochtrain.algorithms import DDPG, DDPGTrainingStats
 from epochtrain.algorithms.base import Policy
 from epochtrain.data import Batch, Collector, ReplayBuffer
+from epochtrain.nets import q_value
 from epochtrain.stats import TrainingStats
 from epochtrain.trainer import OffpolicyParams, OffpolicyTrainer
 from tests.algorithms.checks import assert_same_state
@@ -295,7 +296,7 @@ def test_optimize_returns_the_loss_and_isolated_steps_match(isolated: bool) -> N
 
     def critic_loss(p: DDPG) -> torch.Tensor:
         target = p.compute_target(batch, obs_next)
-        return F.mse_loss(p.critics[0](obs, act), target)
+        return F.mse_loss(q_value(p.critics, 0, obs, act), target)
 
     loss = critic_loss(policy)
     expected = loss.item()

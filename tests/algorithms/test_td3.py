@@ -102,8 +102,8 @@ def test_actor_and_targets_update_every_policy_delay_steps() -> None:
 def test_twin_critics_both_learn_and_start_different() -> None:
     torch.manual_seed(0)
     policy = TD3(OBS_SPACE, ACT_SPACE, hidden=(16,))
-    q1, q2 = policy.critics
-    assert not torch.equal(q1.net.net[0].weight, q2.net.net[0].weight)
+    first = policy.critics.net.weight_0  # the twins' first layers, stacked
+    assert first.shape[0] == 2 and not torch.equal(first[0], first[1])
     before = params(policy.critics)
     stats = policy.learn(make_batch(act_dim=1))
     assert isinstance(stats, TD3TrainingStats)

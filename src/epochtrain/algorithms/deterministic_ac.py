@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from epochtrain.algorithms.base import NStepReplay, Policy, TrainerKind, bootstrap_discount
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim
+from epochtrain.nets import MLP, EnsembleQCritic, box_bounds, flat_dim, q_value, q_values
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -87,9 +87,9 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         self.register_buffer("action_center", center)
         self.register_buffer("action_half_range", half_range)
         self.actor = MLP(obs_dim, act_dim, hidden, nn.ReLU)
-        self.critics = nn.ModuleList(
-            QCritic(obs_dim, act_dim, hidden, nn.ReLU) for _ in range(n_critics)
-        )
+        self.critics: nn.Module = EnsembleQCritic(n_critics, obs_dim, act_dim, hidden, nn.ReLU)
+        """The critics as one :class:`~epochtrain.nets.EnsembleQCritic` (a ``ModuleList``
+        of critics ``Q(obs, act)`` assigned here works too, slower)."""
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_targets = copy.deepcopy(self.critics).requires_grad_(False)
         self.to(self.device)
@@ -173,7 +173,7 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         """
         with torch.no_grad():
             a_next = self.target_action(obs_next)
-            q_next = _min_q([q(obs_next, a_next) for q in self.critic_targets])
+            q_next = _min_q(q_values(self.critic_targets, obs_next, a_next))
             discount = bootstrap_discount(batch, self.gamma, q_next)
             target: Tensor = batch.rew.to(q_next.dtype) + discount * q_next
         return target
@@ -186,13 +186,11 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         Increments :attr:`n_updates`.
         """
         target = self.compute_target(batch, obs_next)
-        qs = [q(obs, act) for q in self.critics]
-        losses = [F.mse_loss(q, target) for q in qs]
-        # one or two critics: no stack-and-sum, the same bits with fewer ops
-        if len(losses) <= 2:
-            loss = losses[0] if len(losses) == 1 else losses[0] + losses[1]
-        else:
-            loss = torch.stack(losses).sum()
+        qs = q_values(self.critics, obs, act)  # [n_critics, batch]
+        # the sum of every critic's MSE: n times the MSE over all of them
+        loss = F.mse_loss(qs, target.expand_as(qs))
+        if len(qs) > 1:
+            loss = len(qs) * loss
         loss_value = self.optimize("critic", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         # a plain int: object's setattr skips nn.Module's checks, run on every step
         object.__setattr__(self, "n_updates", self.n_updates + 1)
@@ -204,8 +202,7 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
 
     def actor_q(self, obs: Tensor) -> Tensor:
         """``Q_1(s, pi(s))`` per observation, differentiable through the actor."""
-        q: Tensor = self.critics[0](obs, self.pi(obs))
-        return q
+        return q_value(self.critics, 0, obs, self.pi(obs))
 
     def update_actor(self, loss: Tensor) -> float:
         """One actor step on ``loss``, then Polyak updates of every target network;
@@ -215,10 +212,8 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         return loss_value
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        """The actor and each critic, each with its target network."""
-        pairs: list[tuple[nn.Module, nn.Module]] = [(self.actor, self.actor_target)]
-        pairs += list(zip(self.critics, self.critic_targets, strict=True))
-        return pairs
+        """The actor and the critics, each with its target network."""
+        return [(self.actor, self.actor_target), (self.critics, self.critic_targets)]
 
     # ------------------------------------------------------------- persisting
     def get_extra_state(self) -> dict[str, Any]:
@@ -233,10 +228,10 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         self.n_updates = int(state["n_updates"])
 
 
-def _min_q(qs: list[Tensor]) -> Tensor:
-    """Elementwise minimum of the critics' values (one op for twins, no stack)."""
+def _min_q(qs: Tensor) -> Tensor:
+    """Elementwise minimum over the critics of ``qs`` (``[n_critics, batch]``)."""
     if len(qs) == 1:
         return qs[0]
     if len(qs) == 2:
         return torch.minimum(qs[0], qs[1])
-    return torch.stack(qs).min(dim=0).values
+    return qs.min(dim=0).values

@@ -44,7 +44,15 @@ from epochtrain.algorithms.base import (
 )
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.nets import MLP, QCritic, box_bounds, flat_dim
+from epochtrain.nets import (
+    MLP,
+    EnsembleMLP,
+    EnsembleQCritic,
+    all_outputs,
+    box_bounds,
+    flat_dim,
+    q_values,
+)
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
 __all__ = ["SAC", "SACBase", "SACConfig", "SACTrainingStats", "TSACStats"]
@@ -154,14 +162,15 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         self.gamma, self.tau, self.n_step = config.gamma, config.tau, config.n_step
         self.auto_alpha = auto_alpha
         obs_dim = flat_dim(observation_space)
-        self.critics: nn.ModuleList
+        self.critics: nn.Module
+        """Both critics as one ensemble (:class:`~epochtrain.nets.EnsembleQCritic`, Box;
+        :class:`~epochtrain.nets.EnsembleMLP` with one output per action, Discrete); a
+        ``ModuleList`` of two critics assigned here works too, slower."""
         if isinstance(action_space, gym.spaces.Discrete):
             self.n_actions = int(action_space.n)
             default_target = config.target_entropy_ratio * math.log(self.n_actions)
             self.actor = MLP(obs_dim, self.n_actions, hidden, nn.ReLU)
-            self.critics = nn.ModuleList(
-                MLP(obs_dim, self.n_actions, hidden, nn.ReLU) for _ in range(2)
-            )
+            self.critics = EnsembleMLP(2, obs_dim, self.n_actions, hidden, nn.ReLU)
         else:
             assert bounds is not None
             self.act_dim = int(bounds[0].shape[0])
@@ -169,7 +178,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
             self.register_buffer("action_center", bounds[0])
             self.register_buffer("action_half_range", bounds[1])
             self.actor = MLP(obs_dim, 2 * self.act_dim, hidden, nn.ReLU)
-            self.critics = nn.ModuleList(QCritic(obs_dim, self.act_dim, hidden) for _ in range(2))
+            self.critics = EnsembleQCritic(2, obs_dim, self.act_dim, hidden, nn.ReLU)
         self.target_entropy = default_target if target_entropy is None else target_entropy
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)), requires_grad=auto_alpha)
@@ -242,19 +251,19 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         """Both critics' ``Q(obs, act)``, ``[2, batch]``; Box ``act`` in (-1, 1)."""
         critics = self.critics_target if target else self.critics
         if self.discrete:
-            index = act.long().reshape(-1, 1)
-            return torch.stack([c(obs).gather(-1, index).squeeze(-1) for c in critics])
-        return torch.stack([c(obs, act) for c in critics])
+            q_all = all_outputs(critics, obs)
+            index = act.long().reshape(1, -1, 1).expand(q_all.shape[0], -1, 1)
+            return q_all.gather(-1, index).squeeze(-1)
+        return q_values(critics, obs, act)
 
     def min_q(self, obs: Tensor, act: Tensor, *, target: bool = False) -> Tensor:
         """Box actions: ``min(Q_1, Q_2)(obs, act)``, ``[batch]``, without stacking them."""
-        critics = self.critics_target if target else self.critics
-        return torch.minimum(critics[0](obs, act), critics[1](obs, act))
+        q = q_values(self.critics_target if target else self.critics, obs, act)
+        return torch.minimum(q[0], q[1])
 
     def q_all(self, obs: Tensor, *, target: bool = False) -> Tensor:
         """Discrete actions only: both critics' values of every action, ``[2, batch, n]``."""
-        critics = self.critics_target if target else self.critics
-        return torch.stack([c(obs) for c in critics])
+        return all_outputs(self.critics_target if target else self.critics, obs)
 
     @torch.no_grad()
     def compute_target(self, batch: Batch) -> Tensor:

@@ -32,6 +32,7 @@ from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
 from epochtrain.algorithms.td3 import TD3Config, TD3TrainingStats
 from epochtrain.config import param
 from epochtrain.data.batch import Batch, Obs
+from epochtrain.nets import q_value
 from epochtrain.stats import SequenceSummaryStats
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
         stat_actor, stat_bc, stat_lmbda = skipped(), skipped(), skipped()
         if due:  # the actor loss is computed on actor steps only
             pi = self.pi(obs)
-            q = self.critics[0](obs, pi)
+            q = q_value(self.critics, 0, obs, pi)
             lmbda = self.alpha / q.abs().mean().detach().clamp_min(1e-8)
             loss_bc = F.mse_loss(pi, act)
             loss_actor = -lmbda * q.mean() + loss_bc
