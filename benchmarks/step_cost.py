@@ -125,14 +125,15 @@ def separate_critics(critics: Any) -> list[QCritic]:
     way to write twin critics) with the same weights."""
     assert isinstance(critics, EnsembleQCritic)
     ens = critics.net
-    hidden = [ens._layers[k][0].shape[2] for k in range(len(ens._layers) - 1)]
+    layers = ens.layers()
+    hidden = [weight.shape[2] for weight, _ in layers[:-1]]
     act_dim = ens.in_dim - critics.obs_dim
     out = []
     for i in range(ens.n):
         q = QCritic(critics.obs_dim, act_dim, hidden, nn.ReLU)
         linears = [m for m in q.net.net if isinstance(m, nn.Linear)]
         with torch.no_grad():
-            for lin, (weight, bias) in zip(linears, ens._layers, strict=True):
+            for lin, (weight, bias) in zip(linears, layers, strict=True):
                 lin.weight.copy_(weight[i].T)
                 lin.bias.copy_(bias[i, 0])
         out.append(q)

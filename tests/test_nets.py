@@ -8,7 +8,17 @@ import pytest
 import torch
 from torch import nn
 
-from epochtrain.nets import MLP, soft_update, soft_update_pairs
+from epochtrain.nets import (
+    MLP,
+    EnsembleMLP,
+    EnsembleQCritic,
+    QCritic,
+    all_outputs,
+    q_value,
+    q_values,
+    soft_update,
+    soft_update_pairs,
+)
 
 
 class Shared(nn.Module):
@@ -99,3 +109,76 @@ def test_an_actor_copy_updates_its_own_targets_not_the_learners() -> None:
         assert torch.equal(b, t)
     for o, t in zip(clone.critics.parameters(), clone.critics_target.parameters(), strict=True):
         assert torch.equal(o, t)
+
+
+def test_an_ensemble_starts_as_its_members_built_one_by_one_and_computes_as_them() -> None:
+    torch.manual_seed(3)
+    ensemble = EnsembleQCritic(3, 4, 2, (8, 8))
+    torch.manual_seed(3)
+    separate = nn.ModuleList(QCritic(4, 2, (8, 8)) for _ in range(3))
+    obs, act = torch.randn(5, 4), torch.randn(5, 2)
+    together = q_values(ensemble, obs, act)
+    assert together.shape == (3, 5)
+    torch.testing.assert_close(together, q_values(separate, obs, act))  # the ModuleList way
+    for i in range(3):
+        torch.testing.assert_close(q_value(ensemble, i, obs, act), together[i])
+        torch.testing.assert_close(q_value(separate, i, obs, act), together[i])
+    assert len(ensemble) == 3 and len(list(ensemble.parameters())) == 6  # 3 layers x (W, b)
+
+
+def test_an_ensemble_learns_as_its_members_would_separately() -> None:
+    torch.manual_seed(0)
+    ensemble = EnsembleMLP(2, 3, 4, (8,))
+    torch.manual_seed(0)
+    separate = [MLP(3, 4, (8,), nn.ReLU) for _ in range(2)]
+    x, y = torch.randn(16, 3), torch.randn(2, 16, 4)
+    opt_e = torch.optim.Adam(ensemble.parameters(), lr=0.1)
+    opt_s = torch.optim.Adam([p for m in separate for p in m.parameters()], lr=0.1)
+    for _ in range(3):
+        opt_e.zero_grad()
+        ((ensemble(x) - y) ** 2).mean(dim=(1, 2)).sum().backward()
+        opt_e.step()
+        opt_s.zero_grad()
+        loss = ((separate[0](x) - y[0]) ** 2).mean() + ((separate[1](x) - y[1]) ** 2).mean()
+        loss.backward()
+        opt_s.step()
+    torch.testing.assert_close(all_outputs(ensemble, x), all_outputs(nn.ModuleList(separate), x))
+
+
+def test_an_ensemble_stays_right_when_copied_moved_and_loaded() -> None:
+    ensemble = EnsembleQCritic(2, 3, 1, (8,))
+    obs, act = torch.randn(4, 3), torch.randn(4, 1)
+    clone = copy.deepcopy(ensemble)
+    with torch.no_grad():
+        for p in clone.parameters():
+            p.add_(1.0)  # the copy computes with its own tensors
+    assert not torch.equal(clone(obs, act), ensemble(obs, act))
+    moved = copy.deepcopy(ensemble).to("meta")  # computes with the moved tensors
+    assert moved(obs.to("meta"), act.to("meta")).device.type == "meta"
+    ensemble.load_state_dict(clone.state_dict())
+    torch.testing.assert_close(ensemble(obs, act), clone(obs, act))
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac", "sac-discrete"])
+def test_loading_separate_critics_into_an_ensemble_says_what_the_file_is(algo: str) -> None:
+    import gymnasium as gym
+
+    from epochtrain.algorithms import SAC, TD3
+
+    env = gym.make("CartPole-v1" if algo == "sac-discrete" else "Pendulum-v1")
+    spaces = (env.observation_space, env.action_space)
+    policy = TD3(*spaces, hidden=(8,)) if algo == "td3" else SAC(*spaces, hidden=(8,))
+    old = copy.deepcopy(policy)
+    if algo == "sac-discrete":  # the layout of epochtrain's critics before ensembles
+        old.critics = nn.ModuleList(MLP(4, 2, (8,), nn.ReLU) for _ in range(2))
+    else:
+        old.critics = nn.ModuleList(QCritic(3, 1, (8,)) for _ in range(2))
+    with pytest.raises(RuntimeError, match=r"separate critic networks.*epochtrain version"):
+        policy.load_state_dict(old.state_dict())
+
+
+def test_critic_helpers_reject_what_is_neither_an_ensemble_nor_a_module_list() -> None:
+    with pytest.raises(TypeError, match="ModuleList"):
+        q_values(nn.Linear(2, 1), torch.zeros(1, 1), torch.zeros(1, 1))
+    with pytest.raises(ValueError, match="n >= 1"):
+        EnsembleMLP(0, 2, 1)

@@ -226,34 +226,42 @@ class EnsembleMLP(nn.Module):
         linears = [[m for m in member.net if isinstance(m, nn.Linear)] for member in members]
         self.n, self.in_dim, self.out_dim = n, in_dim, out_dim
         self.activation = activation()
-        layers: list[tuple[nn.Parameter, nn.Parameter]] = []
+        self._names: list[tuple[str, str]] = []
         for k in range(len(linears[0])):
             weight = torch.stack([lin[k].weight.detach().T for lin in linears]).contiguous()
             bias = torch.stack([lin[k].bias.detach() for lin in linears]).unsqueeze(1)
-            layers.append((nn.Parameter(weight), nn.Parameter(bias)))
-            self.register_parameter(f"weight_{k}", layers[-1][0])
-            self.register_parameter(f"bias_{k}", layers[-1][1])
-        # the same Parameter objects, listed once: moving the module or loading weights
-        # changes them in place, so the list stays valid (no attribute lookups per call)
-        self._layers = layers
+            self._names.append((f"weight_{k}", f"bias_{k}"))
+            self.register_parameter(f"weight_{k}", nn.Parameter(weight))
+            self.register_parameter(f"bias_{k}", nn.Parameter(bias))
+
+    def layers(self) -> list[tuple[Tensor, Tensor]]:
+        """``(weight_k, bias_k)`` of every layer, first to last: ``[n, in, out]`` and
+        ``[n, 1, out]``; member ``i``'s layer computes ``x @ weight_k[i] + bias_k[i]``."""
+        params = self._parameters  # one dict lookup per tensor, whatever moved or loaded
+        out: list[tuple[Tensor, Tensor]] = []
+        for weight_name, bias_name in self._names:
+            weight, bias = params[weight_name], params[bias_name]
+            assert weight is not None and bias is not None
+            out.append((weight, bias))
+        return out
 
     def forward(self, x: Tensor) -> Tensor:
         """Every member's output for ``x`` (``[batch, ...]``, flattened), ``[n, batch, out]``."""
         h = x.reshape(x.shape[0], self.in_dim).float().expand(self.n, -1, -1)
-        last = len(self._layers) - 1
-        for k, (weight, bias) in enumerate(self._layers):
+        layers = self.layers()
+        for k, (weight, bias) in enumerate(layers, start=1 - len(layers)):
             h = torch.baddbmm(bias, h, weight)
-            if k < last:
+            if k:  # not the last layer
                 h = self.activation(h)
         return h
 
     def member(self, i: int, x: Tensor) -> Tensor:
         """Member ``i``'s output for ``x``, ``[batch, out]`` (the others are not computed)."""
         h = x.reshape(x.shape[0], self.in_dim).float()
-        last = len(self._layers) - 1
-        for k, (weight, bias) in enumerate(self._layers):
+        layers = self.layers()
+        for k, (weight, bias) in enumerate(layers, start=1 - len(layers)):
             h = torch.addmm(bias[i], h, weight[i])
-            if k < last:
+            if k:
                 h = self.activation(h)
         return h
 
@@ -267,15 +275,21 @@ class EnsembleMLP(nn.Module):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
-        old = [k for k in state_dict if k.startswith(f"{prefix}0.net.")]
-        if old:  # a ModuleList of separate networks, as epochtrain saved before ensembles
-            error_msgs.append(
-                f"{prefix!r} holds separate critic networks ({old[0]!r}, ...), saved before "
-                "epochtrain evaluated twin critics as one ensemble: this version cannot "
-                "resume it; load it with the epochtrain that wrote it"
-            )
+        _reject_separate(state_dict, prefix, error_msgs)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+def _reject_separate(state_dict: dict[str, Any], prefix: str, error_msgs: list[str]) -> None:
+    """Explain a state dict of separate networks (``{prefix}0.net...``) loaded into an
+    ensemble at ``prefix``: epochtrain saved twin critics so before ensembles."""
+    old = next((k for k in state_dict if k.startswith(f"{prefix}0.net.")), None)
+    if old is not None:
+        error_msgs.append(
+            f"{old!r} is a weight of separate critic networks, saved before epochtrain "
+            "evaluated its critics as one ensemble: this version cannot load it; load it "
+            "with the epochtrain version that wrote it"
         )
 
 
@@ -297,6 +311,21 @@ class EnsembleQCritic(nn.Module):
 
     def __len__(self) -> int:
         return self.net.n
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        _reject_separate(state_dict, prefix, error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def _inputs(self, obs: Tensor, act: Tensor) -> Tensor:
         return torch.cat([obs.reshape(obs.shape[0], self.obs_dim).float(), act.float()], dim=-1)
