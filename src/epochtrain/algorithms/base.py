@@ -38,6 +38,8 @@ __all__ = [
     "bootstrap_discount",
     "n_step_sample",
     "resolve_config",
+    "row_means",
+    "size_groups",
 ]
 
 TrainerKind = Literal["onpolicy", "offpolicy", "offline"]
@@ -109,6 +111,27 @@ class NStepReplay:
     def process_sample(self, batch: Batch, buffer: ReplayBuffer) -> Batch:
         """``batch`` as ``n_step`` transitions (as is when ``n_step=1`` or already so)."""
         return n_step_sample(batch, buffer, self.n_step, self.gamma)
+
+
+def size_groups(sizes: Iterable[int]) -> list[list[int]]:
+    """Positions of ``sizes`` grouped by equal size, first seen first: the records of
+    :class:`~epochtrain.stats.DeferredReads` whose tensors stack into one batch."""
+    groups: dict[int, list[int]] = {}
+    for i, size in enumerate(sizes):
+        groups.setdefault(size, []).append(i)
+    return list(groups.values())
+
+
+def row_means(tensors: list[Tensor]) -> list[list[float]]:
+    """``[[mean], ...]``, one per 1-d tensor (a ``DeferredReads`` compute): one stack and
+    one mean per size, read back together."""
+    values = [0.0] * len(tensors)
+    with torch.no_grad():
+        for members in size_groups(t.shape[0] for t in tensors):
+            means = torch.stack([tensors[i] for i in members]).mean(dim=1).tolist()
+            for i, mean in zip(members, means, strict=True):
+                values[i] = mean
+    return [[v] for v in values]
 
 
 def bootstrap_discount(batch: Batch, gamma: float, like: Tensor) -> Tensor:

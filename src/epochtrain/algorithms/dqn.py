@@ -40,13 +40,14 @@ from epochtrain.algorithms.base import (
     anneal_lr,
     bootstrap_discount,
     resolve_config,
+    row_means,
 )
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.prioritized import PrioritizedReplayBuffer
 from epochtrain.nets import MLP, flat_dim
-from epochtrain.stats import SequenceSummaryStats, TrainingStats
+from epochtrain.stats import DeferredReads, SequenceSummaryStats, TrainingStats
 
 __all__ = ["DQN", "DQNConfig", "DQNTrainingStats", "DuelingQNet"]
 
@@ -184,6 +185,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         self.n_updates = 0
         """Gradient steps taken so far (saved in the state dict; drives target updates)."""
         self._last_td: tuple[Tensor, Tensor] | None = None  # (Q, target) of the last learn
+        self._q_means = DeferredReads(row_means)  # q_mean of each step, read per update step
 
     @property
     def td_abs(self) -> Tensor | None:
@@ -285,7 +287,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
             self.sync_target()
         return DQNTrainingStats(
             loss=SequenceSummaryStats.single(loss_value),
-            q_mean=SequenceSummaryStats.single(q.detach().mean().item()),
+            q_mean=self._q_means.defer(q.detach(), 1)[0],
             epsilon=SequenceSummaryStats.single(self.epsilon),
         )
 

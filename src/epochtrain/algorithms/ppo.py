@@ -34,7 +34,7 @@ from epochtrain.algorithms.actor_critic import (
     explained_from,
     obs_tensor,
 )
-from epochtrain.algorithms.base import resolve_config
+from epochtrain.algorithms.base import resolve_config, size_groups
 from epochtrain.config import param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import DeferredReads, SequenceSummaryStats
@@ -202,26 +202,32 @@ class _StepRecord:
 
 def _read_diagnostics(records: list[_StepRecord]) -> list[list[float]]:
     """Per record: actor, critic and entropy losses, approximate KL, clip fraction,
-    explained variance and entropy; the ops batched over records of one minibatch size,
-    one read-back for all."""
+    explained variance and entropy; the ops batched over the records of one minibatch
+    size (one group but for a smaller last minibatch), read back once per group."""
+    diag: list[list[float]] = [[]] * len(records)
     with torch.no_grad():
-        losses = torch.stack([t for r in records for t in r.losses]).reshape(len(records), 3)
-        groups: dict[int, list[int]] = {}
-        for i, r in enumerate(records):
-            groups.setdefault(r.log_ratio.shape[0], []).append(i)
-        parts, order = [], []
-        for members in groups.values():
+        losses = torch.stack([t for r in records for t in r.losses]).reshape(-1, 3).tolist()
+        for members in size_groups(r.log_ratio.shape[0] for r in records):
             log_ratio = torch.stack([records[i].log_ratio for i in members])
             ret = torch.stack([records[i].ret for i in members])
             value = torch.stack([records[i].value for i in members])
             clip = torch.tensor([[records[i].clip] for i in members], device=log_ratio.device)
             ratio_m1 = log_ratio.exp() - 1.0
-            kl = (ratio_m1 - log_ratio).mean(dim=1)
-            clipped = (ratio_m1.abs() > clip).float().mean(dim=1)
-            ret_var = ret.var(dim=1, correction=0)
-            residual_var = (ret - value).var(dim=1, correction=0)
-            parts.append(torch.stack([kl, clipped, ret_var, residual_var], dim=1))
-            order += members
-        diag = torch.cat(parts)[torch.tensor(order).argsort()]
-        rows = torch.cat([losses, diag.to(losses.dtype)], dim=1).tolist()
-    return [[a, c, e, kl, cf, explained_from(rv, res), -e] for a, c, e, kl, cf, rv, res in rows]
+            rows = torch.stack(
+                [
+                    (ratio_m1 - log_ratio).mean(dim=1),
+                    (ratio_m1.abs() > clip).float().mean(dim=1),
+                    ret.var(dim=1, correction=0),
+                    (ret - value).var(dim=1, correction=0),
+                ],
+                dim=1,
+            ).tolist()
+            for i, row in zip(members, rows, strict=True):
+                diag[i] = row
+    out = []
+    for (actor, critic, entropy_loss), (kl, clipped, ret_var, residual) in zip(
+        losses, diag, strict=True
+    ):
+        explained = explained_from(ret_var, residual)
+        out.append([actor, critic, entropy_loss, kl, clipped, explained, -entropy_loss])
+    return out
