@@ -113,7 +113,9 @@ def test_wrong_trainer_class_is_refused(tmp_path: Path) -> None:
         build("on", max_epoch=3, resume_from=path)
 
 
-def test_periodic_checkpoints_rotate_keeping_the_last_and_the_best(tmp_path: Path) -> None:
+def test_periodic_checkpoints_rotate_keeping_the_last_and_the_best(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     returns = iter([5.0, 9.0, 1.0, 2.0, 3.0])
     trainer = build("off", max_epoch=5, checkpoint_dir=tmp_path, checkpoint_every=1, keep_last=2)
     # fake test returns so that epoch 2 is the best
@@ -127,7 +129,7 @@ def test_periodic_checkpoints_rotate_keeping_the_last_and_the_best(tmp_path: Pat
         stat.returns_stat.mean = value
         return stat
 
-    trainer.test_collector.collect = collect  # type: ignore[method-assign]
+    monkeypatch.setattr(trainer.test_collector, "collect", collect)
     trainer.run()
     names = [p.name for p in find_checkpoints(tmp_path)]
     assert names == ["epoch_000002", "epoch_000004", "epoch_000005"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,8 @@ def test_resume_drops_rows_after_checkpoint_and_continues(tmp_path: Path) -> Non
 
 def test_invalid_arguments_raise_value_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="mode must be 'a'"):
-        CSVLogger(tmp_path / "run.csv", mode="r")  # type: ignore[arg-type]  # on purpose
+        mode: Any = "r"  # invalid on purpose
+        CSVLogger(tmp_path / "run.csv", mode=mode)
     with pytest.raises(ValueError, match="test_interval must be an int >= 1, got -1"):
         CSVLogger(tmp_path / "run.csv", test_interval=-1)
     with pytest.raises(ValueError, match="path must be a file path"):

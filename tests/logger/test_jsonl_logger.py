@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,14 +98,15 @@ def test_resume_continues_file_and_drops_records_after_checkpoint(tmp_path: Path
     ],
 )
 def test_invalid_arguments_raise_value_error(
-    tmp_path: Path, kwargs: dict[str, object], match: str
+    tmp_path: Path, kwargs: dict[str, Any], match: str
 ) -> None:
     with pytest.raises(ValueError, match=match):
-        JSONLLogger(tmp_path / "run.jsonl", **kwargs)  # type: ignore[arg-type]  # on purpose
+        JSONLLogger(tmp_path / "run.jsonl", **kwargs)  # invalid on purpose
 
 
 def test_path_must_be_a_file_path(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="path must be a file path"):
         JSONLLogger(tmp_path)
     with pytest.raises(ValueError, match=r"path must be a non-empty str or os\.PathLike, got 3"):
-        JSONLLogger(3)  # type: ignore[arg-type]  # invalid on purpose
+        not_a_path: Any = 3  # invalid on purpose
+        JSONLLogger(not_a_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -229,9 +230,9 @@ def test_load_state_dict_rejects_malformed_state(state: dict[str, object], match
     "name", ["train_interval", "test_interval", "update_interval", "info_interval"]
 )
 @pytest.mark.parametrize("value", [0, -5, 1.5, True, "10"])
-def test_invalid_interval_names_parameter_value_and_rule(name: str, value: object) -> None:
+def test_invalid_interval_names_parameter_value_and_rule(name: str, value: Any) -> None:
     with pytest.raises(ValueError, match=rf"{name} must be an int >= 1, got {value!r}"):
-        RecordingLogger(**{name: value})  # type: ignore[arg-type]  # invalid on purpose
+        RecordingLogger(**{name: value})  # invalid on purpose
 
 
 def test_lazy_logger_records_nothing_and_is_a_context_manager() -> None:
@@ -270,7 +271,8 @@ def test_multi_logger_fans_out_with_each_loggers_own_intervals() -> None:
 
 def test_multi_logger_rejects_non_loggers() -> None:
     with pytest.raises(TypeError, match=r"loggers\[1\] must be a BaseLogger"):
-        MultiLogger(LazyLogger(), "tb")  # type: ignore[arg-type]  # invalid on purpose
+        not_a_logger: Any = "tb"  # invalid on purpose
+        MultiLogger(LazyLogger(), not_a_logger)
 
 
 def test_nan_values_pass_through_flattening() -> None:
