@@ -124,8 +124,9 @@ class SACConfig(Config):
 class SACBase(NStepReplay, Policy[TSACStats], ABC):
     """Actor, twin critics, targets and temperature of SAC; leaves define ``learn``.
 
-    Box actions use :class:`~epochtrain.nets.QCritic` critics ``Q(s, a)``; Discrete
-    actions use critics with one output per action. ``alpha`` is the initial temperature
+    Box actions use critics ``Q(s, a)`` (one :class:`~epochtrain.nets.EnsembleQCritic`);
+    Discrete actions use critics with one output per action (one
+    :class:`~epochtrain.nets.EnsembleMLP`). ``alpha`` is the initial temperature
     (kept fixed unless ``auto_alpha``); ``target_entropy`` defaults to ``-|A|`` for Box
     actions and ``target_entropy_ratio * log(n)`` for ``n`` Discrete actions.
     """
@@ -257,7 +258,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         return q_values(critics, obs, act)
 
     def min_q(self, obs: Tensor, act: Tensor, *, target: bool = False) -> Tensor:
-        """Box actions: ``min(Q_1, Q_2)(obs, act)``, ``[batch]``, without stacking them."""
+        """Box actions: ``min(Q_1, Q_2)(obs, act)``, ``[batch]`` (one pass of the ensemble)."""
         q = q_values(self.critics_target if target else self.critics, obs, act)
         return torch.minimum(q[0], q[1])
 
