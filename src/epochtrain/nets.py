@@ -201,7 +201,39 @@ class QCritic(nn.Module):
         return q
 
 
-class EnsembleMLP(nn.Module):
+class _Ensemble(nn.Module):
+    """Base of the ensembles: loading a state dict of separate networks (``{prefix}0.net``
+    ...), as epochtrain saved twin critics before ensembles, fails with a message saying so."""
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        _reject_separate(state_dict, prefix, error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+def _reject_separate(state_dict: dict[str, Any], prefix: str, error_msgs: list[str]) -> None:
+    """Explain a state dict of separate networks (``{prefix}0.net...``) loaded into an
+    ensemble at ``prefix``: epochtrain saved twin critics so before ensembles."""
+    old = next((k for k in state_dict if k.startswith(f"{prefix}0.net.")), None)
+    if old is not None:
+        error_msgs.append(
+            f"{old!r} is a weight of separate critic networks, saved before epochtrain "
+            "evaluated its critics as one ensemble: this version cannot load it; load it "
+            "with the epochtrain version that wrote it"
+        )
+
+
+class EnsembleMLP(_Ensemble):
     """``n`` :class:`MLP` of one shape evaluated as one network.
 
     Layer ``k`` of every member is one weight ``weight_k`` shaped ``[n, in, out]`` and one
@@ -265,35 +297,8 @@ class EnsembleMLP(nn.Module):
                 h = self.activation(h)
         return h
 
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
-        _reject_separate(state_dict, prefix, error_msgs)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
 
-
-def _reject_separate(state_dict: dict[str, Any], prefix: str, error_msgs: list[str]) -> None:
-    """Explain a state dict of separate networks (``{prefix}0.net...``) loaded into an
-    ensemble at ``prefix``: epochtrain saved twin critics so before ensembles."""
-    old = next((k for k in state_dict if k.startswith(f"{prefix}0.net.")), None)
-    if old is not None:
-        error_msgs.append(
-            f"{old!r} is a weight of separate critic networks, saved before epochtrain "
-            "evaluated its critics as one ensemble: this version cannot load it; load it "
-            "with the epochtrain version that wrote it"
-        )
-
-
-class EnsembleQCritic(nn.Module):
+class EnsembleQCritic(_Ensemble):
     """``n`` :class:`QCritic` of one shape as one :class:`EnsembleMLP`: ``Q_i(obs, act)``
     of every member in one pass, ``[n, batch]``."""
 
@@ -311,21 +316,6 @@ class EnsembleQCritic(nn.Module):
 
     def __len__(self) -> int:
         return self.net.n
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
-        _reject_separate(state_dict, prefix, error_msgs)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
 
     def _inputs(self, obs: Tensor, act: Tensor) -> Tensor:
         return torch.cat([obs.reshape(obs.shape[0], self.obs_dim).float(), act.float()], dim=-1)
