@@ -33,7 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import NStepReplay, Policy, TrainerKind, bootstrap_discount
+from epochtrain.algorithms.base import (
+    NStepReplay,
+    Policy,
+    TrainerKind,
+    bootstrap_discount,
+    normal_like,
+)
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, EnsembleQCritic, box_bounds, flat_dim, q_value, q_values
 from epochtrain.stats import TTrainingStats
@@ -130,10 +136,7 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         u = self.pi(self.preprocess_obs(obs))
         noise = self.exploration_noise if self.exploration is None else self.exploration
         if (not deterministic or self.exploration is not None) and noise > 0:
-            draw = torch.randn(
-                u.shape, dtype=u.dtype, device=u.device, generator=self.act_generator
-            )
-            u = (u + noise * draw).clamp(-1.0, 1.0)
+            u = (u + noise * normal_like(u, self.act_generator)).clamp(-1.0, 1.0)
         return self.to_env_action(u), {}
 
     # ---------------------------------------------------------------- learning

@@ -236,11 +236,14 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         actions = q.argmax(dim=-1)
         epsilon = self.epsilon
         if (not deterministic or self.exploration is not None) and epsilon > 0.0:
-            n = actions.shape[0]
-            gen = self.act_generator
-            explore = torch.rand(n, device=q.device, generator=gen) < epsilon
-            random_actions = torch.randint(self.n_actions, (n,), device=q.device, generator=gen)
-            actions = torch.where(explore, random_actions, actions)
+            # One uniform draw per env decides and, given u < epsilon, picks the action:
+            # u / epsilon is then uniform on [0, 1). Most steps explore nowhere and cost
+            # one draw and one read-back (the collector reads the actions back anyway).
+            u = torch.rand(actions.shape[0], device=q.device, generator=self.act_generator)
+            if min(u.tolist()) < epsilon:
+                random_actions = (u * (self.n_actions / epsilon)).long()
+                random_actions.clamp_(max=self.n_actions - 1)
+                actions = torch.where(u < epsilon, random_actions, actions)
         return actions, {}
 
     # ---------------------------------------------------------------- learning

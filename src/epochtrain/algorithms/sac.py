@@ -40,6 +40,7 @@ from epochtrain.algorithms.base import (
     Policy,
     TrainerKind,
     bootstrap_discount,
+    normal_like,
     resolve_config,
 )
 from epochtrain.config import Config, param
@@ -212,10 +213,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
             return self.scale(torch.tanh(out[:, : self.act_dim])), {}
         # the same draw as _squashed_sample, without the log-probability acting never uses
         mean, log_std = out.chunk(2, dim=-1)
-        # randn_like's draw, from act_generator when one is set
-        noise = torch.randn(
-            mean.shape, dtype=mean.dtype, device=mean.device, generator=self.act_generator
-        )
+        noise = normal_like(mean, self.act_generator)  # randn_like's draw
         u = mean + log_std.clamp(_LOG_STD_MIN, _LOG_STD_MAX).exp() * noise
         return self.scale(torch.tanh(u)), {}
 
