@@ -342,7 +342,8 @@ class GradContenders:
     def step_ours(self) -> None:
         if self.algo == "ppo":
             idx = torch.randint(len(self.rollout), (self.bs,))
-            self.read_stats(self.policy.learn(self.rollout.map(lambda t: t[idx])), PPO_UPDATE)
+            # the on-policy trainer's minibatch: rollout[order] (Batch indexing), as here
+            self.read_stats(self.policy.learn(self.rollout[idx]), PPO_UPDATE)
             return
         rows, every = WRITES[self.algo]
         if self.steps % every == 0:

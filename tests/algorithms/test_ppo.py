@@ -267,12 +267,23 @@ def test_gaussian_policy_learns_its_state_independent_log_std() -> None:
     assert policy.learn(batch).loss.mean == clone.learn(batch).loss.mean
 
 
-def test_diagnostics_read_for_an_update_step_at_once_match_each_steps_own() -> None:
+@pytest.mark.parametrize(
+    "ent_coefs",
+    [(0.01, 0.01, 0.01), (0.0, 0.0, 0.0), (0.0, 0.01, 0.0)],
+    ids=["entropy-in-loss", "entropy-deferred", "mixed"],
+)
+def test_diagnostics_read_for_an_update_step_at_once_match_each_steps_own(
+    ent_coefs: tuple[float, float, float],
+) -> None:
+    # with ent_coef 0 a categorical policy's entropy is computed when the stats are read,
+    # batched over the update step; "mixed" changes ent_coef within one size group
     torch.manual_seed(0)
-    policy = PPO(OBS_SPACE, gym.spaces.Discrete(3), ent_coef=0.01)
+    policy = PPO(OBS_SPACE, gym.spaces.Discrete(3))
     steps, expected = [], []
-    for size, clip in ((32, 0.2), (32, 0.1), (7, 0.1)):  # two sizes, two clip ranges
+    sizes_clips = ((32, 0.2), (32, 0.1), (7, 0.1))  # two sizes, two clip ranges
+    for (size, clip), ent_coef in zip(sizes_clips, ent_coefs, strict=True):
         policy.clip_range_now = clip
+        policy.ent_coef = ent_coef
         batch = Batch(
             obs=torch.randn(size, 4),
             act=torch.randint(3, (size,)),
@@ -288,20 +299,26 @@ def test_diagnostics_read_for_an_update_step_at_once_match_each_steps_own() -> N
             log_ratio = policy.log_prob(batch.obs, batch.act) - batch.logp
             ratio = log_ratio.exp()
             value = policy.value(batch.obs)
+            logp_all = policy.actor(batch.obs).log_softmax(-1)
+            entropy = float(-(logp_all.exp() * logp_all).sum(-1).mean())
         expected.append(
             (
                 ((ratio - 1.0) - log_ratio).mean().item(),
                 ((ratio - 1.0).abs() > clip).float().mean().item(),
                 explained_variance(batch.ret, value),
+                entropy,
             )
         )
         steps.append(policy.learn(batch))
-    for stats, (kl, clipped, explained) in zip(steps, expected, strict=True):
+    for stats, ent_coef, (kl, clipped, explained, entropy) in zip(
+        steps, ent_coefs, expected, strict=True
+    ):
         assert stats.approx_kl.mean == pytest.approx(kl, rel=1e-5, abs=1e-7)
         assert stats.clip_fraction.mean == pytest.approx(clipped)
         assert stats.explained_variance.mean == pytest.approx(explained, rel=1e-5)
+        assert stats.entropy.mean == pytest.approx(entropy, rel=1e-5)
         assert stats.entropy.mean == -stats.loss_entropy.mean > 0
         assert stats.loss.mean == pytest.approx(
-            stats.loss_actor.mean + 0.5 * stats.loss_critic.mean - 0.01 * stats.entropy.mean,
+            stats.loss_actor.mean + 0.5 * stats.loss_critic.mean - ent_coef * stats.entropy.mean,
             rel=1e-5,
         )

@@ -37,6 +37,27 @@ def test_indexing_applies_to_every_field_including_nested_obs_and_extras() -> No
     assert len(batch[1:]) == 2
 
 
+def test_every_kind_of_index_picks_the_rows_plain_tensor_indexing_picks() -> None:
+    batch = _batch(time=5, envs=2)
+    kinds = {
+        "int64": torch.tensor([4, 0, 0, 2]),
+        "int32": torch.tensor([3, 1], dtype=torch.int32),
+        "mask": torch.tensor([True, False, True, False, True]),
+        "scalar": torch.tensor(3),
+        "slice": slice(1, 4),
+        "int": 2,
+    }
+    for name, index in kinds.items():
+        picked = batch[index]
+        for got, field in ((picked.rew, batch.rew), (picked.act, batch.act)):
+            assert torch.equal(got, field[index]), name
+        assert isinstance(picked.obs, dict) and isinstance(batch.obs, dict)
+        assert torch.equal(picked.obs["pos"], batch.obs["pos"][index]), name
+        assert picked.value is not None and batch.value is not None
+        assert torch.equal(picked.value, batch.value[index]), name
+        assert picked.logp is None, name
+
+
 def test_flatten_merges_time_and_env_row_major() -> None:
     batch = _batch(time=3, envs=2)
     flat = batch.flatten()

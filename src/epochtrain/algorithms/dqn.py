@@ -282,7 +282,8 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
             loss = per_sample.mean()
         else:
             loss = (per_sample * batch.weight.to(per_sample.dtype)).mean()
-        object.__setattr__(self, "_last_td", (q.detach(), target))  # as n_updates below
+        q_detached = q.detach()
+        object.__setattr__(self, "_last_td", (q_detached, target))  # as n_updates below
         loss_value = self.optimize("q", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         # a plain int: object's setattr skips nn.Module's checks, run on every step
         object.__setattr__(self, "n_updates", self.n_updates + 1)
@@ -290,7 +291,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
             self.sync_target()
         return DQNTrainingStats(
             loss=SequenceSummaryStats.single(loss_value),
-            q_mean=self._q_means.defer(q.detach(), 1)[0],
+            q_mean=self._q_means.defer(q_detached, 1)[0],
             epsilon=SequenceSummaryStats.single(self.epsilon),
         )
 

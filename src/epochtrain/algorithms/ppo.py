@@ -139,8 +139,17 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         obs = obs_tensor(batch.obs)
         adv = self.advantages(batch)
         # with ent_coef 0 the entropy is only reported: no gradient flows through it, and
-        # leaving the exact 0 term out of the loss changes no bit of the loss or the weights
-        logp, entropy = self.log_prob_entropy(obs, batch.act, entropy_grad=self.ent_coef != 0)
+        # leaving the exact 0 term out of the loss changes no bit of the loss or the weights;
+        # a categorical policy's entropy is then computed with the other diagnostics, from
+        # the log-probabilities kept here
+        logp_all: Tensor | None = None
+        loss_entropy: Tensor | None = None
+        if self.ent_coef == 0 and self.discrete:
+            logp_all = self.actor(obs).log_softmax(dim=-1)
+            logp = logp_all.gather(-1, batch.act.long().reshape(-1, 1)).squeeze(-1)
+        else:
+            logp, entropy = self.log_prob_entropy(obs, batch.act, entropy_grad=self.ent_coef != 0)
+            loss_entropy = -entropy.mean()
         log_ratio = logp - old_logp
         ratio = log_ratio.exp()
         clip = self.clip_range_now
@@ -148,15 +157,17 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         loss_actor = -surrogate.mean()
         value = self.value(obs)
         loss_critic = F.mse_loss(value, ret)
-        loss_entropy = -entropy.mean()
         loss = loss_actor + self.vf_coef * loss_critic
         if self.ent_coef != 0:
+            assert loss_entropy is not None
             loss = loss + self.ent_coef * loss_entropy
         loss_value = self.optimize("ppo", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         # the diagnostics are computed and read back for the whole update step at once
         # (DeferredReads): here only what they are computed from is kept
         record = _StepRecord(
-            losses=(loss_actor.detach(), loss_critic.detach(), loss_entropy.detach()),
+            losses=(loss_actor.detach(), loss_critic.detach()),
+            loss_entropy=None if loss_entropy is None else loss_entropy.detach(),
+            logp_all=None if logp_all is None else logp_all.detach(),
             log_ratio=log_ratio.detach(),
             clip=clip,
             ret=ret,
@@ -192,8 +203,12 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
 class _StepRecord:
     """What the statistics of one PPO gradient step are computed from (all detached)."""
 
-    losses: tuple[Tensor, Tensor, Tensor]
-    """``loss_actor``, ``loss_critic``, ``loss_entropy``."""
+    losses: tuple[Tensor, Tensor]
+    """``loss_actor``, ``loss_critic``."""
+    loss_entropy: Tensor | None
+    """``-entropy.mean()``, or None: computed from ``logp_all`` when read."""
+    logp_all: Tensor | None
+    """A categorical policy's log-probabilities of every action (``ent_coef`` 0)."""
     log_ratio: Tensor
     clip: float
     ret: Tensor
@@ -206,12 +221,13 @@ def _read_diagnostics(records: list[_StepRecord]) -> list[list[float]]:
     size (one group but for a smaller last minibatch), read back once per group."""
     diag: list[list[float]] = [[]] * len(records)
     with torch.no_grad():
-        losses = torch.stack([t for r in records for t in r.losses]).reshape(-1, 3).tolist()
+        losses = torch.stack([t for r in records for t in r.losses]).reshape(-1, 2).tolist()
         for members in size_groups(r.log_ratio.shape[0] for r in records):
-            log_ratio = torch.stack([records[i].log_ratio for i in members])
-            ret = torch.stack([records[i].ret for i in members])
-            value = torch.stack([records[i].value for i in members])
-            clip = torch.tensor([[records[i].clip] for i in members], device=log_ratio.device)
+            group = [records[i] for i in members]
+            log_ratio = torch.stack([r.log_ratio for r in group])
+            ret = torch.stack([r.ret for r in group])
+            value = torch.stack([r.value for r in group])
+            clip = torch.tensor([[r.clip] for r in group], device=log_ratio.device)
             ratio_m1 = log_ratio.exp() - 1.0
             rows = torch.stack(
                 [
@@ -219,15 +235,33 @@ def _read_diagnostics(records: list[_StepRecord]) -> list[list[float]]:
                     (ratio_m1.abs() > clip).float().mean(dim=1),
                     ret.var(dim=1, correction=0),
                     (ret - value).var(dim=1, correction=0),
+                    _entropy_losses(group),
                 ],
                 dim=1,
             ).tolist()
             for i, row in zip(members, rows, strict=True):
                 diag[i] = row
     out = []
-    for (actor, critic, entropy_loss), (kl, clipped, ret_var, residual) in zip(
+    for (actor, critic), (kl, clipped, ret_var, residual, entropy_loss) in zip(
         losses, diag, strict=True
     ):
         explained = explained_from(ret_var, residual)
         out.append([actor, critic, entropy_loss, kl, clipped, explained, -entropy_loss])
     return out
+
+
+def _entropy_losses(group: list[_StepRecord]) -> Tensor:
+    """``-entropy.mean()`` of each record of one minibatch size: computed in one batch
+    from the kept log-probabilities, or as kept."""
+    logps = [r.logp_all for r in group if r.logp_all is not None]
+    if len(logps) == len(group):
+        logp_all = torch.stack(logps)
+        return (logp_all.exp() * logp_all).sum(dim=-1).mean(dim=1)
+    return torch.stack([_entropy_loss(r) for r in group])  # ent_coef changed mid-update
+
+
+def _entropy_loss(record: _StepRecord) -> Tensor:
+    if record.loss_entropy is not None:
+        return record.loss_entropy
+    assert record.logp_all is not None
+    return (record.logp_all.exp() * record.logp_all).sum(dim=-1).mean()
