@@ -19,7 +19,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from epochtrain import DQN, Collector, ReplayBuffer, make_trainer
-from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.base import Policy, normal_like
 from epochtrain.algorithms.ddpg import DDPG
 from epochtrain.algorithms.sac import SAC
 from epochtrain.algorithms.td3 import TD3
@@ -344,6 +344,19 @@ def test_act_draws_from_act_generator_exactly_as_from_the_global_generator(index
     own_draw, _ = policy.act(obs)
     assert torch.equal(global_draw, own_draw)
     assert torch.equal(torch.get_rng_state(), before)  # nothing drawn from the global one
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (8, 1), (32, 6)])
+def test_normal_like_draws_what_randn_draws_from_either_generator(shape: tuple[int, int]) -> None:
+    like = torch.zeros(shape)
+    torch.manual_seed(3)
+    expected = torch.randn(shape)
+    torch.manual_seed(3)
+    assert torch.equal(normal_like(like, None), expected)
+    gen = torch.Generator().manual_seed(3)
+    before = torch.get_rng_state()
+    assert torch.equal(normal_like(like, gen), expected)
+    assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_the_docs_python_block_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,6 +49,24 @@ def test_act_explores_uniformly_with_epsilon_one() -> None:
     assert counts.min() > 800
 
 
+def test_act_replaces_a_greedy_action_with_a_uniform_one_with_probability_epsilon() -> None:
+    # one draw u per env decides (u < epsilon) and picks the action (u / epsilon uniform)
+    policy = DQN(OBS_SPACE, gym.spaces.Discrete(3))
+    policy.epsilon = 0.3
+    obs = torch.randn(20_000, 4)
+    torch.manual_seed(0)
+    actions, _ = policy.act(obs)
+    with torch.no_grad():
+        greedy = policy.q_net(obs).argmax(-1)
+    changed = float((actions != greedy).float().mean())
+    assert changed == pytest.approx(0.3 * 2 / 3, abs=0.015)  # a third of draws hit greedy
+    torch.manual_seed(0)
+    explored = torch.rand(20_000) < 0.3  # the draws act made
+    counts = torch.bincount(actions[explored], minlength=3).float() / int(explored.sum())
+    assert counts.tolist() == pytest.approx([1 / 3] * 3, abs=0.02)
+    assert torch.equal(actions[~explored], greedy[~explored])
+
+
 @pytest.mark.parametrize(("double_q", "expected_bootstrap"), [(True, 2.0), (False, 3.0)])
 def test_target_double_q_and_termination_masking(double_q: bool, expected_bootstrap: float) -> None:
     policy = DQN(OBS_SPACE, gym.spaces.Discrete(2), gamma=0.5, double_q=double_q)
