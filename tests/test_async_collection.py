@@ -21,6 +21,7 @@ from gymnasium.vector import AutoresetMode
 from epochtrain import DQN, Collector, ReplayBuffer, make_trainer
 from epochtrain.algorithms.base import Policy, normal_like
 from epochtrain.algorithms.ddpg import DDPG
+from epochtrain.algorithms.ppo import PPO
 from epochtrain.algorithms.sac import SAC
 from epochtrain.algorithms.td3 import TD3
 from epochtrain.data.batch import ActResult, Obs
@@ -328,10 +329,20 @@ def _policies() -> list[Policy[Any]]:
     pendulum, cartpole_env = gym.make("Pendulum-v1"), gym.make("CartPole-v1")
     box = (pendulum.observation_space, pendulum.action_space)
     discrete = (cartpole_env.observation_space, cartpole_env.action_space)
-    return [DQN(*discrete), SAC(*box), SAC(*discrete), DDPG(*box), TD3(*box)]
+    return [
+        DQN(*discrete),
+        SAC(*box),
+        SAC(*discrete),
+        DDPG(*box),
+        TD3(*box),
+        PPO(*discrete),
+        PPO(*box),
+    ]
 
 
-@pytest.mark.parametrize("index", range(5), ids=["dqn", "sac", "sac-discrete", "ddpg", "td3"])
+@pytest.mark.parametrize(
+    "index", range(7), ids=["dqn", "sac", "sac-discrete", "ddpg", "td3", "ppo", "ppo-box"]
+)
 def test_act_draws_from_act_generator_exactly_as_from_the_global_generator(index: int) -> None:
     policy = _policies()[index]
     shape = policy.observation_space.shape
