@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from epochtrain.dataset import record_dataset
 from epochtrain.experiment import grid, load_experiment, run_experiment
 from epochtrain.spec import RunSpec
 from tests.experiment.settings import FAST
@@ -170,6 +171,32 @@ def test_the_process_backend_writes_the_same_results(tmp_path: Path, lockstep_di
     specs = grid(ALGOS, ENVS, SEEDS, **FAST)
     run_experiment(specs, tmp_path, backend="processes", workers=2, show_progress=False)
     assert results(tmp_path) == results(lockstep_dir)
+
+
+@pytest.mark.parametrize("backend", ["lockstep", "processes"])
+def test_offline_runs_finish_on_either_backend(tmp_path: Path, backend: str) -> None:
+    # an offline trainer has no train_collector: closing a run's envs must not fail it
+    dataset = tmp_path / "random.buf"
+    record_dataset(None, "CartPole-v1", 400, dataset, seed=0)
+    specs = [
+        RunSpec.tuned("bc", "CartPole-v1", seed=s).with_overrides(
+            {
+                "dataset": str(dataset),
+                "max_epoch": 2,
+                "step_per_epoch": 20,
+                "num_test_envs": 1,
+                "episode_per_test": 1,
+            }
+        )
+        for s in (0, 1)
+    ]
+    out = tmp_path / "runs"
+    run_experiment(specs, out, backend=backend, workers=2, show_progress=False)
+    found = results(out)
+    assert sorted(found) == [spec.run_id for spec in specs]
+    for result in found.values():
+        assert result["status"] == "finished", result.get("error")
+        assert result["epochs"] == 2
 
 
 SWEEP_SCRIPT = """

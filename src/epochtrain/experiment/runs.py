@@ -143,7 +143,8 @@ def close_envs(trainer: Any) -> None:
     """Close the vector envs of ``trainer``'s collectors (:meth:`Collector.close`): an
     ``env_backend='async'`` run's env processes end with its run, not when a reused worker
     process exits; an env that fails to close does not change the run's result."""
-    for collector in (trainer.train_collector, trainer.test_collector):
+    # an offline trainer has no train_collector: it learns from a dataset
+    for collector in (getattr(trainer, "train_collector", None), trainer.test_collector):
         if collector is not None:
             collector.close()
 
