@@ -197,6 +197,10 @@ def test_offline_runs_finish_on_either_backend(tmp_path: Path, backend: str) -> 
     for result in found.values():
         assert result["status"] == "finished", result.get("error")
         assert result["epochs"] == 2
+        # a test per epoch, at the gradient step it followed (offline: no env steps)
+        assert result["step_unit"] == "gradient_step"
+        assert result["steps"] == [20.0, 40.0]
+        assert isinstance(result["test_returns"], list) and len(result["test_returns"]) == 2
 
 
 SWEEP_SCRIPT = """

@@ -173,7 +173,8 @@ class BaseLogger(ABC):
             self._record("train", env_step, collect_stats_to_tags(stats, "train"))
 
     def log_test_data(self, stats: CollectStats, env_step: int) -> None:
-        """Record the stats of a test collect, at the training ``env_step`` it happened."""
+        """Record the stats of a test collect, at the training ``env_step`` it happened
+        (an offline trainer passes its gradient step: it takes no env steps)."""
         if self._due("test", env_step, self.test_interval):
             self._record("test", env_step, collect_stats_to_tags(stats, "test"))
 

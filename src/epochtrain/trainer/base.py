@@ -529,7 +529,9 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
                 self.save_best_fn(self.policy)
         self.last_test_stat = stat
         self._tested_this_epoch = stat
-        self.logger.log_test_data(stat, self.state.env_step)
+        # the step the run advances by: env steps, or gradient steps offline (no env steps)
+        step = self.state.gradient_step if self.kind == "offline" else self.state.env_step
+        self.logger.log_test_data(stat, step)
         self._ops.call("test_end", stat)
         return stat
 
