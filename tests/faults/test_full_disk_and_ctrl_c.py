@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,12 +129,32 @@ def test_ctrl_c_inside_an_epoch_leaves_the_last_complete_epoch_and_save_works(
     assert [comparable(s) for s in resumed] == full[1:]
 
 
+def test_ctrl_c_between_epochs_names_the_last_checkpoint(tmp_path: Path) -> None:
+    # outside an epoch's guarded part (here: while its stats are logged, before its
+    # checkpoint) the interrupt still carries the last checkpoint written, for the CLI
+    trainer = dqn_trainer(checkpoint_dir=str(tmp_path / "ckpts"))
+    log_info, calls = trainer.logger.log_info_data, [0]
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt
+        log_info(*args, **kwargs)
+
+    setattr(trainer.logger, "log_info_data", interrupted)  # noqa: B010
+    with pytest.raises(KeyboardInterrupt) as info:
+        trainer.run()
+    (epoch_1,) = find_checkpoints(tmp_path / "ckpts")
+    notes = [n for n in getattr(info.value, "__notes__", []) if "last checkpoint" in n]
+    assert notes == [f"epochtrain: last checkpoint: {epoch_1}"]
+
+
 def test_ctrl_c_in_epochtrain_train_exits_130_with_one_line_naming_the_checkpoint(
     tmp_path: Path,
 ) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "epochtrain", "train", "--algo", "dqn", "--env", "CartPole-v1",
-         "--seed", "0", "--max-epoch", "50", "--logdir", str(tmp_path)],
+         "--seed", "0", "--max-epoch", "50", "--stop-at", "1e9", "--logdir", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         # as from a terminal: a job started in the background by a non-interactive shell
         # (CI, nohup ... &) inherits SIGINT as ignored, and then Ctrl-C never arrives

@@ -369,14 +369,25 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         return stats
 
     def _note_last_checkpoint(self, exc: BaseException) -> None:
-        """Add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the CLI prints it)."""
+        """Add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the CLI prints it), once."""
+        prefix = "epochtrain: last checkpoint: "
+        if any(note.startswith(prefix) for note in getattr(exc, "__notes__", [])):
+            return
         if self.last_checkpoint is not None:
-            exc.add_note(f"epochtrain: last checkpoint: {os.fspath(self.last_checkpoint)}")
+            exc.add_note(prefix + os.fspath(self.last_checkpoint))
 
     def run(self) -> InfoStats:
-        """Iterate to the end of the run and return the final :class:`InfoStats`."""
-        for _ in self:
-            pass
+        """Iterate to the end of the run and return the final :class:`InfoStats`.
+
+        A Ctrl-C anywhere in the run (between epochs too: after a checkpoint was written
+        and before the next epoch starts) carries the last checkpoint's path as a note.
+        """
+        try:
+            for _ in self:
+                pass
+        except KeyboardInterrupt as exc:
+            self._note_last_checkpoint(exc)
+            raise
         return self.info_stat()
 
     def _start(self) -> None:
