@@ -462,7 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
     """One line: where the last checkpoint is and the command that resumes from it."""
-    prefix = "epochtrain: last checkpoint: "
+    from epochtrain.errors import LAST_CHECKPOINT_NOTE as prefix
+
     notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(prefix)]
     if not notes:
         return "epochtrain: interrupted before any checkpoint was written; nothing to resume"

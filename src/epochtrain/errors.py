@@ -6,7 +6,11 @@ message names the file, parameter or env, the cause and the fix.
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "EnvError", "NonFiniteError"]
+__all__ = ["LAST_CHECKPOINT_NOTE", "CheckpointError", "EnvError", "NonFiniteError"]
+
+LAST_CHECKPOINT_NOTE = "epochtrain: last checkpoint: "
+"""Prefix of the note a trainer adds to a ``KeyboardInterrupt``: the path of its last
+checkpoint follows (the CLI prints it with the command that resumes)."""
 
 
 class CheckpointError(ValueError):

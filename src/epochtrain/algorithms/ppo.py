@@ -252,16 +252,21 @@ def _read_diagnostics(records: list[_StepRecord]) -> list[list[float]]:
 
 def _entropy_losses(group: list[_StepRecord]) -> Tensor:
     """``-entropy.mean()`` of each record of one minibatch size: computed in one batch
-    from the kept log-probabilities, or as kept."""
+    from the kept log-probabilities, or one record at a time (ent_coef changed within the
+    update step)."""
     logps = [r.logp_all for r in group if r.logp_all is not None]
     if len(logps) == len(group):
-        logp_all = torch.stack(logps)
-        return (logp_all.exp() * logp_all).sum(dim=-1).mean(dim=1)
-    return torch.stack([_entropy_loss(r) for r in group])  # ent_coef changed mid-update
+        return _neg_entropy(torch.stack(logps))
+    return torch.stack([_entropy_loss(r) for r in group])
 
 
 def _entropy_loss(record: _StepRecord) -> Tensor:
     if record.loss_entropy is not None:
         return record.loss_entropy
     assert record.logp_all is not None
-    return (record.logp_all.exp() * record.logp_all).sum(dim=-1).mean()
+    return _neg_entropy(record.logp_all)
+
+
+def _neg_entropy(logp_all: Tensor) -> Tensor:
+    """Mean negative entropy over the rows of ``[..., rows, actions]`` log-probabilities."""
+    return (logp_all.exp() * logp_all).sum(dim=-1).mean(dim=-1)

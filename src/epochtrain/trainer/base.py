@@ -49,7 +49,7 @@ from epochtrain.checkpoint_files import CheckpointLock
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
-from epochtrain.errors import NonFiniteError
+from epochtrain.errors import LAST_CHECKPOINT_NOTE, NonFiniteError
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
     CollectStats,
@@ -370,11 +370,10 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
 
     def _note_last_checkpoint(self, exc: BaseException) -> None:
         """Add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the CLI prints it), once."""
-        prefix = "epochtrain: last checkpoint: "
-        if any(note.startswith(prefix) for note in getattr(exc, "__notes__", [])):
+        if any(n.startswith(LAST_CHECKPOINT_NOTE) for n in getattr(exc, "__notes__", [])):
             return
         if self.last_checkpoint is not None:
-            exc.add_note(prefix + os.fspath(self.last_checkpoint))
+            exc.add_note(LAST_CHECKPOINT_NOTE + os.fspath(self.last_checkpoint))
 
     def run(self) -> InfoStats:
         """Iterate to the end of the run and return the final :class:`InfoStats`.
