@@ -7,6 +7,7 @@ thread, Ctrl-C during an update, and the checks made before any work.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from epochtrain import DQN, Collector, ReplayBuffer, make_trainer
-from epochtrain.algorithms.base import Policy, normal_like
+from epochtrain.algorithms.base import Policy, categorical_sample, normal_like
 from epochtrain.algorithms.ddpg import DDPG
 from epochtrain.algorithms.ppo import PPO
 from epochtrain.algorithms.sac import SAC
@@ -368,6 +369,23 @@ def test_normal_like_draws_what_randn_draws_from_either_generator(shape: tuple[i
     before = torch.get_rng_state()
     assert torch.equal(normal_like(like, gen), expected)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_categorical_sample_follows_the_softmax_and_its_generator() -> None:
+    logits = torch.tensor([[0.3, -1.0, 2.0, -math.inf]]).repeat(200_000, 1)
+    gen = torch.Generator().manual_seed(5)
+    before = torch.get_rng_state()
+    draws = categorical_sample(logits, gen)
+    assert torch.equal(torch.get_rng_state(), before)  # nothing drawn from the global one
+    assert draws.shape == (200_000,) and draws.dtype == torch.int64
+    freq = torch.bincount(draws, minlength=4).double() / len(draws)
+    probs = logits[0].double().softmax(-1)
+    assert freq[3] == 0  # a masked action is never drawn
+    # binomial standard error of a frequency near 0.5 over 200k draws is about 0.0011
+    assert torch.allclose(freq, probs, atol=0.005), (freq, probs)
+    head = logits[:64]
+    assert torch.equal(categorical_sample(head, torch.Generator().manual_seed(5)), draws[:64])
+    assert not torch.equal(categorical_sample(head, torch.Generator().manual_seed(6)), draws[:64])
 
 
 def test_the_docs_python_block_runs(capsys: pytest.CaptureFixture[str]) -> None:

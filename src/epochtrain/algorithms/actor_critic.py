@@ -32,7 +32,13 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy, TrainerKind, anneal_lr, normal_like
+from epochtrain.algorithms.base import (
+    Policy,
+    TrainerKind,
+    anneal_lr,
+    categorical_sample,
+    normal_like,
+)
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, flat_dim
@@ -215,11 +221,10 @@ class ActorCriticPolicy(Policy[TStats], ABC):
         if self.discrete:
             if deterministic:
                 return out.argmax(dim=-1), {}
-            probs = out.softmax(dim=-1)
-            return torch.multinomial(probs, 1, generator=self.act_generator).squeeze(-1), {}
+            return categorical_sample(out, self.act_generator), {}
         if deterministic:
             return out, {}
-        return out + self.log_std.exp() * normal_like(out, self.act_generator), {}
+        return torch.addcmul(out, self.log_std.exp(), normal_like(out, self.act_generator)), {}
 
     def _gaussian_logp(self, mean: Tensor, actions: Tensor) -> Tensor:
         z = (actions - mean) * torch.exp(-self.log_std)

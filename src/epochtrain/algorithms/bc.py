@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from epochtrain.algorithms.base import Policy, TrainerKind, resolve_config
+from epochtrain.algorithms.base import Policy, TrainerKind, categorical_sample, resolve_config
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, flat_dim
@@ -116,7 +116,7 @@ class BC(Policy[BCTrainingStats]):
             return self.squash(out), {}
         if deterministic:
             return out.argmax(dim=-1), {}
-        return torch.multinomial(out.softmax(dim=-1), 1).squeeze(-1), {}
+        return categorical_sample(out, self.act_generator), {}
 
     def learn(self, batch: Batch) -> BCTrainingStats:
         """One gradient step of cross-entropy (discrete) or MSE (continuous) on ``batch``."""

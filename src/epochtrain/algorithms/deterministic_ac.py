@@ -120,8 +120,8 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         return torch.tanh(self.actor(obs))
 
     def to_env_action(self, normalised: Tensor) -> Tensor:
-        """Map normalised actions in ``[-1, 1]`` to the Box bounds."""
-        return self.action_center + self.action_half_range * normalised
+        """Map normalised actions in ``[-1, 1]`` to the Box bounds (one fused multiply-add)."""
+        return torch.addcmul(self.action_center, self.action_half_range, normalised)
 
     def to_normalised_action(self, action: Tensor) -> Tensor:
         """Map actions in the Box bounds to ``[-1, 1]``."""
@@ -136,7 +136,7 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         u = self.pi(self.preprocess_obs(obs))
         noise = self.exploration_noise if self.exploration is None else self.exploration
         if (not deterministic or self.exploration is not None) and noise > 0:
-            u = (u + noise * normal_like(u, self.act_generator)).clamp(-1.0, 1.0)
+            u = torch.add(u, normal_like(u, self.act_generator), alpha=noise).clamp_(-1.0, 1.0)
         return self.to_env_action(u), {}
 
     # ---------------------------------------------------------------- learning

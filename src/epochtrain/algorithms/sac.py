@@ -40,6 +40,7 @@ from epochtrain.algorithms.base import (
     Policy,
     TrainerKind,
     bootstrap_discount,
+    categorical_sample,
     normal_like,
     resolve_config,
 )
@@ -207,19 +208,18 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         if self.discrete:
             if deterministic:
                 return out.argmax(dim=-1), {}
-            probs = out.softmax(dim=-1)
-            return torch.multinomial(probs, 1, generator=self.act_generator).squeeze(-1), {}
+            return categorical_sample(out, self.act_generator), {}
         if deterministic:
             return self.scale(torch.tanh(out[:, : self.act_dim])), {}
         # the same draw as _squashed_sample, without the log-probability acting never uses
         mean, log_std = out.chunk(2, dim=-1)
         noise = normal_like(mean, self.act_generator)  # randn_like's draw
-        u = mean + log_std.clamp(_LOG_STD_MIN, _LOG_STD_MAX).exp() * noise
+        u = torch.addcmul(mean, log_std.clamp(_LOG_STD_MIN, _LOG_STD_MAX).exp(), noise)
         return self.scale(torch.tanh(u)), {}
 
     def scale(self, squashed: Tensor) -> Tensor:
-        """Map actions in (-1, 1) to the Box bounds."""
-        return self.action_center + self.action_half_range * squashed
+        """Map actions in (-1, 1) to the Box bounds (one fused multiply-add)."""
+        return torch.addcmul(self.action_center, self.action_half_range, squashed)
 
     def unscale(self, action: Tensor) -> Tensor:
         """Map Box actions to (-1, 1), the scale the critics see."""
