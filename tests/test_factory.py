@@ -184,6 +184,40 @@ def test_close_envs_ends_the_env_processes_of_a_live_trainer() -> None:
     assert set(multiprocessing.active_children()) == before  # the trainer is still alive
 
 
+def test_a_trainer_as_a_context_manager_closes_its_envs_and_logger_however_the_block_ends(
+    tmp_path: Path,
+) -> None:
+    import multiprocessing
+
+    before = set(multiprocessing.active_children())
+    settings = {**TINY_DQN, "logging.logdir": str(tmp_path)}
+    with make_trainer("dqn", "CartPole-v1", env_backend="async", **settings) as trainer:
+        assert len(set(multiprocessing.active_children()) - before) == 4
+        trainer.run()
+    assert set(multiprocessing.active_children()) == before
+    assert trainer.train_collector.env.closed
+    trainer.close()  # a second close is harmless
+
+    failing = make_trainer("dqn", "CartPole-v1", env_backend="async", **TINY_DQN)
+    with pytest.raises(RuntimeError, match="user code failed"), failing:
+        next(failing)
+        raise RuntimeError("user code failed")
+    assert set(multiprocessing.active_children()) == before
+
+
+def test_close_ends_the_worker_thread_of_asynchronous_collection() -> None:
+    import threading
+
+    trainer = make_trainer("dqn", "CartPole-v1", async_collection=True, **TINY_DQN)
+    next(trainer)
+    assert trainer.async_collection is not None
+    names = {t.name for t in threading.enumerate()}
+    assert "epochtrain-collect" in names
+    trainer.close()
+    assert "epochtrain-collect" not in {t.name for t in threading.enumerate()}
+    assert trainer.train_collector.env.closed
+
+
 def test_close_envs_terminates_the_workers_of_an_env_that_fails_to_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

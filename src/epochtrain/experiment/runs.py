@@ -140,13 +140,10 @@ def open_trainer(run_dir: Path) -> Any:
 
 
 def close_envs(trainer: Any) -> None:
-    """Close the vector envs of ``trainer``'s collectors (:meth:`Collector.close`): an
+    """Close ``trainer`` (:meth:`BaseTrainer.close`: its envs and its logger): an
     ``env_backend='async'`` run's env processes end with its run, not when a reused worker
     process exits; an env that fails to close does not change the run's result."""
-    # an offline trainer has no train_collector: it learns from a dataset
-    for collector in (getattr(trainer, "train_collector", None), trainer.test_collector):
-        if collector is not None:
-            collector.close()
+    trainer.close()
 
 
 def _base(spec: RunSpec) -> dict[str, Any]:

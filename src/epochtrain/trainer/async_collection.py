@@ -286,6 +286,16 @@ class AsyncCollection:
         assert self._outcome is not None
         return self._outcome
 
+    def stop(self) -> None:
+        """Let a collect step in flight finish, then end the worker thread (safe to call
+        more than once; a later :meth:`start` starts a new thread)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._done.wait(timeout=_GRACE_SECONDS)
+        self._jobs.put(None)
+        thread.join(timeout=_GRACE_SECONDS)
+
     def land(self, collector: Collector, *, keep_rows: bool = True) -> None:
         """Add the staged rows to ``collector.buffer`` (``keep_rows``) and hand the
         in-flight episodes back to ``collector`` (main thread, after :meth:`join`)."""

@@ -33,7 +33,8 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Generic
+from types import TracebackType
+from typing import Any, ClassVar, Generic, Self
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -388,6 +389,31 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
             self._note_last_checkpoint(exc)
             raise
         return self.info_stat()
+
+    def close(self) -> None:
+        """Release what the trainer holds: a background collect step (finished first), its
+        collectors' vector envs (an ``AsyncVectorEnv``'s worker processes with them) and
+        its logger. Safe to call more than once; the trainer cannot train on afterwards.
+        ``with make_trainer(...) as trainer:`` calls it when the block ends, however it
+        ends."""
+        self._stop_workers()
+        for _, collector in self._collectors():
+            collector.close()
+        self.logger.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _stop_workers(self) -> None:
+        """End background work before :meth:`close` closes the envs; default: none."""
 
     def _start(self) -> None:
         """Work done once when the run starts (seeding envs, warm-up); default: nothing."""

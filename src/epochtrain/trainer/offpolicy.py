@@ -65,6 +65,10 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         """Gradient steps owed but not taken yet: the fraction in [0, 1) that
         ``update_per_step * n_collected_steps`` left over (saved in checkpoints)."""
 
+    def _stop_workers(self) -> None:
+        if self.async_collection is not None:
+            self.async_collection.stop()
+
     def _training_step(self) -> int:
         if self.async_collection is None:
             return super()._training_step()
