@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import NoReturn
 
 from tqdm import tqdm
 
+from epochtrain.closing import Closing
 from epochtrain.experiment.runs import RESULT_FILE, read_json, spec_of
 
 __all__ = ["Progress"]
 
 
-class Progress:
+class Progress(Closing):
     """Bars for ``pending`` of ``run_dirs``; every method is a no-op when not ``enabled``."""
 
     def __init__(self, run_dirs: Sequence[Path], pending: Sequence[Path], *, enabled: bool):
@@ -38,15 +38,8 @@ class Progress:
             )
             self._describe()
 
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Close every bar (``with Progress(...)`` does when the block ends)."""
         for bar in self._bars.values():
             bar.close()
         if self._overall is not None:

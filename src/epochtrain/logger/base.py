@@ -13,11 +13,11 @@ import dataclasses
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Literal, TypeVar
+from typing import Literal
 
 import numpy as np
 
+from epochtrain.closing import Closing
 from epochtrain.stats import CollectStats, InfoStats, SequenceSummaryStats, TrainingStats
 
 __all__ = [
@@ -38,8 +38,6 @@ Scope = Literal["train", "test", "update", "info"]
 
 SCOPES: tuple[Scope, ...] = ("train", "test", "update", "info")
 """All scopes, in the order they appear in :meth:`BaseLogger.state_dict`."""
-
-TLogger = TypeVar("TLogger", bound="BaseLogger")
 
 
 def flatten_dataclass(obj: object, prefix: str) -> dict[str, float]:
@@ -129,7 +127,7 @@ def _check_interval(name: str, value: object) -> int:
     return value
 
 
-class BaseLogger(ABC):
+class BaseLogger(Closing, ABC):
     """Base of all loggers: decides *when* to record, subclasses decide *where*.
 
     A record of a scope is written when ``step - last_logged_step >= interval`` for that
@@ -247,22 +245,11 @@ class BaseLogger(ABC):
         self._last_logged = restored
         self._written = _scope_steps(written, "logger state['written']")
 
-    def flush(self) -> None:  # noqa: B027  # optional: loggers that buffer override it
+    def flush(self) -> None:  # optional: loggers that buffer override it
         """Write anything buffered to its destination now (the trainer calls it per epoch)."""
 
-    def close(self) -> None:  # noqa: B027  # optional: loggers without resources skip it
+    def close(self) -> None:  # optional: loggers without resources skip it
         """Flush and release resources; safe to call more than once."""
-
-    def __enter__(self: TLogger) -> TLogger:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class LazyLogger(BaseLogger):

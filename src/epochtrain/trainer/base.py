@@ -33,8 +33,7 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, ClassVar, Generic, Self
+from typing import Any, ClassVar, Generic
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -47,6 +46,7 @@ from epochtrain.checkpoint import (
     save_periodic,
 )
 from epochtrain.checkpoint_files import CheckpointLock
+from epochtrain.closing import Closing
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
@@ -87,7 +87,7 @@ _TRAINER_OF_KIND: dict[str, str] = {
 }
 
 
-class BaseTrainer(Generic[TTrainingStats], ABC):
+class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
     """Abstract epoch trainer, generic in the policy's training-stats type.
 
     ``params`` holds the run's settings as data (:class:`TrainerParams`, or the subclass
@@ -400,17 +400,6 @@ class BaseTrainer(Generic[TTrainingStats], ABC):
         for _, collector in self._collectors():
             collector.close()
         self.logger.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _stop_workers(self) -> None:
         """End background work before :meth:`close` closes the envs; default: none."""
