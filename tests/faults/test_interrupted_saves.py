@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from epochtrain.checkpoint import find_checkpoints, read_manifest, resolve_checkpoint
+from epochtrain.checkpoint_files import deferred_signals
 from tests.faults.envs import dqn_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +118,9 @@ import torch
 from tests.faults.envs import dqn_trainer
 
 torch.set_num_threads(1)
+# Ctrl-C as an interactive Python has it: a shell without job control starts background
+# commands with SIGINT ignored, which a held signal rightly leaves ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 path, sig, at = sys.argv[1], getattr(signal, sys.argv[2]), int(sys.argv[3])
 trainer = dqn_trainer()
 next(trainer)
@@ -159,3 +163,18 @@ def test_a_signal_inside_the_swap_of_a_save_never_leaves_the_path_empty(
         assert manifest["epoch"] == 2 and not leftovers(tmp_path)
         assert proc.returncode == 130
         assert proc.stdout.decode().strip() == str(path)  # what the CLI names for --resume
+
+
+def test_a_sigint_held_during_a_swap_stays_ignored_where_sigint_was_ignored() -> None:
+    # a background job of a shell without job control starts with SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_signals():
+            assert signal.getsignal(signal.SIGINT) != signal.SIG_IGN  # held meanwhile
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # no KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with pytest.raises(KeyboardInterrupt), deferred_signals():
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
