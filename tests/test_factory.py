@@ -205,6 +205,22 @@ def test_a_trainer_as_a_context_manager_closes_its_envs_and_logger_however_the_b
     assert set(multiprocessing.active_children()) == before
 
 
+def test_close_envs_warns_when_the_logger_fails_to_close_and_still_closes_the_envs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from epochtrain.experiment.runs import close_envs
+
+    trainer = make_trainer("dqn", "CartPole-v1", **TINY_DQN)
+
+    def broken_close() -> None:
+        raise OSError("upload failed")
+
+    monkeypatch.setattr(trainer.logger, "close", broken_close)
+    with pytest.warns(UserWarning, match="upload failed"):
+        close_envs(trainer)
+    assert trainer.train_collector.env.closed
+
+
 def test_close_ends_the_worker_thread_of_asynchronous_collection() -> None:
     import threading
 

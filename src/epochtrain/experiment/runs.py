@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -140,10 +141,14 @@ def open_trainer(run_dir: Path) -> Any:
 
 
 def close_envs(trainer: Any) -> None:
-    """Close ``trainer`` (:meth:`BaseTrainer.close`: its envs and its logger): an
+    """Close ``trainer`` (:meth:`BaseTrainer.close`: its envs, then its logger): an
     ``env_backend='async'`` run's env processes end with its run, not when a reused worker
-    process exits; an env that fails to close does not change the run's result."""
-    trainer.close()
+    process exits. Its result is already written: an env or a logger that fails to close
+    changes nothing but a warning."""
+    try:
+        trainer.close()
+    except Exception as exc:  # e.g. a logger's upload at close; the envs closed first
+        warnings.warn(f"closing the trainer of a finished run failed: {exc!r}", stacklevel=2)
 
 
 def _base(spec: RunSpec) -> dict[str, Any]:
