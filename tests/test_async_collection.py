@@ -388,6 +388,16 @@ def test_categorical_sample_follows_the_softmax_and_its_generator() -> None:
     assert not torch.equal(categorical_sample(head, torch.Generator().manual_seed(6)), draws[:64])
 
 
+def test_categorical_sample_draws_what_torch_multinomial_draws_from_the_same_generator() -> None:
+    # for one sample multinomial draws argmax(p / E), E ~ Exp(1): the same exponentials, so
+    # runs from before categorical_sample (PG, A2C, PPO, discrete SAC, BC) repeat exactly
+    logits = torch.randn(5_000, 6, generator=torch.Generator().manual_seed(0)) * 3
+    ours = categorical_sample(logits, torch.Generator().manual_seed(11))
+    probs = logits.softmax(-1)
+    theirs = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(11))
+    assert torch.equal(ours, theirs.squeeze(-1))
+
+
 def test_the_docs_python_block_runs(capsys: pytest.CaptureFixture[str]) -> None:
     page = Path(__file__).resolve().parents[1] / "docs" / "async-collection.md"
     (block,) = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)

@@ -155,7 +155,9 @@ def categorical_sample(logits: Tensor, generator: torch.Generator | None) -> Ten
     Gumbel-max: ``argmax(logits + G)`` with ``G = -log E``, ``E ~ Exp(1)``, follows the
     softmax distribution exactly (Gumbel 1954; Maddison et al. 2014), and costs about a
     third of ``torch.multinomial(logits.softmax(-1), 1)`` per call on the CPU, which counts
-    when acting one env step at a time. Masked actions (logit ``-inf``) are never drawn.
+    when acting one env step at a time. The draws are those of ``torch.multinomial`` from
+    the same generator state (for one sample it takes ``argmax(p / E)``, the same
+    exponentials). Masked actions (logit ``-inf``) are never drawn.
     """
     log_e = torch.empty_like(logits).exponential_(generator=generator).log_()
     return (logits - log_e).argmax(dim=-1)
