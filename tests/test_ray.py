@@ -153,8 +153,9 @@ def test_a_trial_killed_more_often_than_max_failures_is_failed_and_a_rerun_finis
     assert results(tmp_path / "ray") == results(tmp_path / "lockstep")
 
 
+@pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])
 def test_a_sweep_rerun_after_its_driver_was_killed_continues_from_the_checkpoints(
-    tmp_path: Path,
+    tmp_path: Path, how: str
 ) -> None:
     import subprocess
 
@@ -163,19 +164,29 @@ def test_a_sweep_rerun_after_its_driver_was_killed_continues_from_the_checkpoint
     run_dir = out / specs[0].run_id
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in {**LONGER, "keep_last": 10}.items()]
     argv = ["sweep", "--algo", "ppo", "--env", "CartPole-v1", "--seeds", "5", "--out"]
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "epochtrain", *argv, os.fspath(out), "--backend", "ray", *flags],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:  # kill -9 the driver (its own local Ray goes with it) once epoch 2 is saved
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("wb") as err:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "epochtrain", *argv, os.fspath(out), "--backend", "ray", *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # a process group to send Ctrl-C to, as a terminal does
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    try:  # stop the driver (kill -9: its own local Ray goes with it) once epoch 2 is saved
         deadline = time.monotonic() + 240
         while not (run_dir / "checkpoints" / "epoch_000002").is_dir():
             assert driver.poll() is None, "the sweep ended before its driver could be killed"
             assert time.monotonic() < deadline, "no checkpoint of epoch 2 within 240 s"
             time.sleep(0.02)
+        if how == "ctrl-c":
+            os.killpg(driver.pid, signal.SIGINT)
+            assert driver.wait(timeout=120) == 130, stderr.read_text()[-3000:]
+            last = stderr.read_text().strip().splitlines()[-1]
+            assert last.startswith("epochtrain: interrupted; finished runs and checkpoints"), last
     finally:
-        driver.kill()
+        if driver.poll() is None:
+            driver.kill()
         driver.wait()
     assert not (run_dir / "result.json").exists()
     saved = {p: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").glob("epoch_000001/*")}

@@ -452,25 +452,16 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (130 after Ctrl-C)."""
+    """Run the command line; returns the exit status (130 after Ctrl-C, 143 after SIGTERM:
+    :mod:`epochtrain.cli_interrupts`)."""
+    from epochtrain.cli_interrupts import exit_status, interrupted_line, sigterm_as_interrupt
+
     try:
-        return _main(argv)
+        with sigterm_as_interrupt():
+            return _main(argv)
     except KeyboardInterrupt as exc:
-        print(_interrupted_line(exc, list(sys.argv[1:] if argv is None else argv)), file=sys.stderr)
-        return 130
-
-
-def _interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
-    """One line: where the last checkpoint is and the command that resumes from it."""
-    from epochtrain.errors import LAST_CHECKPOINT_NOTE as prefix
-
-    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(prefix)]
-    if not notes:
-        return "epochtrain: interrupted before any checkpoint was written; nothing to resume"
-    ckpt = notes[-1][len(prefix) :]
-    args = [a for i, a in enumerate(argv) if a != "--resume" and argv[i - 1 : i] != ["--resume"]]
-    command = " ".join(["epochtrain", *args, "--resume", str(Path(ckpt).parent)])
-    return f"epochtrain: interrupted; last checkpoint {ckpt}; resume with: {command}"
+        print(interrupted_line(exc, list(sys.argv[1:] if argv is None else argv)), file=sys.stderr)
+        return exit_status(exc)
 
 
 def _main(argv: Sequence[str] | None) -> int:

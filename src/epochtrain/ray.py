@@ -48,6 +48,7 @@ from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
 from epochtrain.experiment.progress import Progress  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
     CHECKPOINTS,
+    RESULT_FILE,
     failed_result,
     finished_result,
     is_finished,
@@ -461,3 +462,6 @@ def run_trials(
         if result.error is not None and not is_finished(run_dir):
             failed_result(run_dir, spec_of(run_dir), result.error)
         progress.end(run_dir, failed=not is_finished(run_dir))
+    stopped = [d.name for d in run_dirs if not (d / RESULT_FILE).exists()]
+    if stopped:  # neither finished nor failed: Tune was stopped (Ctrl-C) before they ended
+        raise KeyboardInterrupt(f"Ray Tune stopped before these runs ended: {', '.join(stopped)}")

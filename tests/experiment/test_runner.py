@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -229,3 +230,36 @@ def test_a_killed_sweep_resumes_to_the_same_results(tmp_path: Path, lockstep_dir
     assert len(list(out.glob("*/result.json"))) < len(ALGOS) * len(SEEDS)  # killed mid-way
     run_experiment(grid(ALGOS, ENVS, SEEDS, **FAST), out, show_progress=False)
     assert results(out) == results(lockstep_dir)
+
+
+def test_ctrl_c_of_a_lockstep_sweep_closes_every_open_run_and_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epochtrain.experiment import runner
+
+    opened: list[Any] = []
+    closed: list[Any] = []
+    real_open = runner.open_trainer
+
+    def open_trainer(run_dir: Path) -> Any:
+        trainer = real_open(run_dir)
+        opened.append(trainer)
+        if len(opened) == 2:  # the second run's first epoch is interrupted
+            trainer.register_op("epoch_start", interrupt)
+        return trainer
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    def close_envs(trainer: Any) -> None:
+        closed.append(trainer)
+        real_close(trainer)
+
+    real_close = runner.close_envs
+    monkeypatch.setattr(runner, "open_trainer", open_trainer)
+    monkeypatch.setattr(runner, "close_envs", close_envs)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(grid(ALGOS, ENVS, SEEDS, **FAST), tmp_path, show_progress=False)
+    assert len(opened) == len(ALGOS) * len(SEEDS)  # lockstep opens every run first
+    assert sorted(map(id, closed)) == sorted(map(id, opened))
+    assert not list(tmp_path.glob("*/result.json"))  # none finished, none marked failed

@@ -149,9 +149,14 @@ def test_ctrl_c_between_epochs_names_the_last_checkpoint(tmp_path: Path) -> None
     assert notes == [f"epochtrain: last checkpoint: {epoch_1}"]
 
 
-def test_ctrl_c_in_epochtrain_train_exits_130_with_one_line_naming_the_checkpoint(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("sig", "status", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_ctrl_c_or_sigterm_in_epochtrain_train_exits_128_plus_the_signal_with_one_line(
+    tmp_path: Path, sig: signal.Signals, status: int, word: str
 ) -> None:
+    # SIGTERM (kill PID, a scheduler's stop) ends the run as Ctrl-C does
     proc = subprocess.Popen(
         [sys.executable, "-m", "epochtrain", "train", "--algo", "dqn", "--env", "CartPole-v1",
          "--seed", "0", "--max-epoch", "50", "--stop-at", "1e9", "--logdir", str(tmp_path)],
@@ -166,13 +171,14 @@ def test_ctrl_c_in_epochtrain_train_exits_130_with_one_line_naming_the_checkpoin
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)  # generous: CI machines may be loaded
     finally:
         if proc.poll() is None:
             proc.kill()
     text = err.decode()
     lines = [line for line in text.replace("\r", "\n").splitlines() if "epochtrain" in line]
-    assert proc.returncode == 130
+    assert proc.returncode == status
     assert len(lines) == 1 and "Traceback" not in text, text  # progress bars aside
+    assert f"epochtrain: {word}; last checkpoint " in lines[0]
     assert "epoch_" in lines[0] and "--resume" in lines[0]

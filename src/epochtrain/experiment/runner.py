@@ -4,7 +4,8 @@ Backends, which write the same run directories and the same numbers for the same
 
 - ``"lockstep"``: one process; the trainers are built together and advanced one epoch each
   in turn (the ``zip`` usage of the iterator), each owning its random streams;
-- ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each;
+- ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each
+  (:mod:`epochtrain.experiment.processes`);
 - ``"ray"``: one Ray Tune trial per run (:func:`epochtrain.ray.run_trials`, extra
   ``epochtrain[ray]``), on a local Ray or the cluster at ``address``; a trial whose worker
   dies is restored from its last checkpoint (``max_failures`` times).
@@ -13,21 +14,21 @@ All run torch on one thread per run (a Ray trial: one per CPU it holds, 1 by def
 run computes the same floats whichever backend runs it. Re-running skips runs whose
 ``result.json`` says finished, and resumes the others (interrupted or failed) from their
 latest checkpoint. A run that raises gets a ``result.json`` with ``status = "failed"`` and
-its error, and the other runs go on.
+its error, and the other runs go on. An interrupt (Ctrl-C, or SIGTERM through the CLI)
+stops every run at its last complete epoch, closes its envs and is raised again; the
+interrupted runs get no ``result.json`` and resume on the next run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import queue
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from epochtrain.experiment.processes import run_processes
 from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.results import Experiment, load_experiment
 from epochtrain.experiment.runs import (
@@ -149,7 +150,7 @@ def run_experiment(
             )
         else:
             n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
-            _run_processes(pending, n, progress)
+            run_processes(pending, n, progress)
     return load_experiment(root)
 
 
@@ -192,103 +193,42 @@ def _one_torch_thread() -> Iterator[None]:
 
 
 def _run_lockstep(run_dirs: Sequence[Path], progress: Progress) -> None:
+    trainers: dict[Path, Any] = {}
     with _one_torch_thread():
-        trainers: dict[Path, Any] = {}
-        wall: dict[Path, float] = {}
-        for run_dir in run_dirs:
+        try:
+            _advance_lockstep(run_dirs, trainers, progress)
+        finally:  # interrupted (Ctrl-C): the unfinished runs' envs and loggers close too
+            for trainer in trainers.values():
+                close_envs(trainer)
+
+
+def _advance_lockstep(
+    run_dirs: Sequence[Path], trainers: dict[Path, Any], progress: Progress
+) -> None:
+    wall: dict[Path, float] = {}
+    for run_dir in run_dirs:
+        try:
+            trainers[run_dir] = open_trainer(run_dir)
+        except Exception as exc:
+            failed_result(run_dir, spec_of(run_dir), exc)
+            progress.end(run_dir, failed=True)
+            continue
+        wall[run_dir] = 0.0
+        progress.start(run_dir, trainers[run_dir].state.epoch)
+    while trainers:
+        for run_dir, trainer in list(trainers.items()):
+            start = time.perf_counter()
             try:
-                trainers[run_dir] = open_trainer(run_dir)
+                next(trainer)
+            except StopIteration:
+                wall[run_dir] += time.perf_counter() - start
+                finished_result(run_dir, trainer, wall[run_dir])
+                progress.end(run_dir, failed=False)
+                close_envs(trainers.pop(run_dir))
             except Exception as exc:
                 failed_result(run_dir, spec_of(run_dir), exc)
                 progress.end(run_dir, failed=True)
-                continue
-            wall[run_dir] = 0.0
-            progress.start(run_dir, trainers[run_dir].state.epoch)
-        while trainers:
-            for run_dir, trainer in list(trainers.items()):
-                start = time.perf_counter()
-                try:
-                    next(trainer)
-                except StopIteration:
-                    wall[run_dir] += time.perf_counter() - start
-                    finished_result(run_dir, trainer, wall[run_dir])
-                    progress.end(run_dir, failed=False)
-                    close_envs(trainers.pop(run_dir))
-                except Exception as exc:
-                    failed_result(run_dir, spec_of(run_dir), exc)
-                    progress.end(run_dir, failed=True)
-                    close_envs(trainers.pop(run_dir))
-                else:
-                    wall[run_dir] += time.perf_counter() - start
-                    progress.epoch(run_dir, trainer.state.epoch)
-
-
-_worker_events: Any = None  # in a pool process: the queue its progress events go to
-
-
-def _init_worker(events: Any) -> None:
-    import torch
-
-    global _worker_events
-    _worker_events = events
-    torch.set_num_threads(1)
-
-
-def _run_in_worker(run_dir_name: str) -> str:
-    """Run one run to its end in a pool process; progress goes to the parent's queue."""
-    events = _worker_events
-    run_dir = Path(run_dir_name)
-    start = time.perf_counter()
-    trainer = None
-    try:
-        trainer = open_trainer(run_dir)
-        events.put((run_dir_name, "start", trainer.state.epoch))
-        for _ in trainer:
-            events.put((run_dir_name, "epoch", trainer.state.epoch))
-        finished_result(run_dir, trainer, time.perf_counter() - start)
-        return "finished"
-    except Exception as exc:
-        failed_result(run_dir, spec_of(run_dir), exc)
-        return "failed"
-    finally:
-        if trainer is not None:
-            close_envs(trainer)
-
-
-def _run_processes(run_dirs: Sequence[Path], workers: int, progress: Progress) -> None:
-    if not run_dirs:
-        return
-    ctx = multiprocessing.get_context("spawn")
-    events = ctx.Queue()
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(events,)
-    ) as pool:
-        futures: dict[Future[str], Path] = {
-            pool.submit(_run_in_worker, os.fspath(d)): d for d in run_dirs
-        }
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            _drain(events, progress)
-            for future in done:
-                run_dir = futures[future]
-                try:
-                    status = future.result()
-                except Exception as exc:  # the worker died or could not write the result
-                    failed_result(run_dir, spec_of(run_dir), exc)
-                    status = "failed"
-                progress.end(run_dir, failed=status != "finished")
-    _drain(events, progress)
-    events.close()
-
-
-def _drain(events: Any, progress: Progress) -> None:
-    while True:
-        try:
-            name, kind, epoch = events.get_nowait()
-        except queue.Empty:
-            return
-        if kind == "start":
-            progress.start(Path(name), epoch)
-        else:
-            progress.epoch(Path(name), epoch)
+                close_envs(trainers.pop(run_dir))
+            else:
+                wall[run_dir] += time.perf_counter() - start
+                progress.epoch(run_dir, trainer.state.epoch)

@@ -1,0 +1,201 @@
+"""The ``"processes"`` backend: runs in a pool of spawned workers, stopped together.
+
+Each worker runs one run at a time to its end and sends its progress to the parent. When
+the parent is interrupted (Ctrl-C, SIGTERM through the CLI, any exception) it sets a stop
+event: every worker interrupts its run as Ctrl-C would (the trainer goes back to its last
+complete epoch, whose checkpoint is on disk, and its envs close), no queued run starts,
+and the interrupt is raised again once the workers are idle. A worker still busy
+:data:`STOP_GRACE` seconds later, or at a second Ctrl-C, is killed. A worker whose parent
+died (``kill -9``) interrupts its run the same way within a second and exits. Interrupted
+runs get no ``result.json``, so re-running the experiment resumes them.
+
+Workers ignore SIGINT themselves: a terminal's Ctrl-C reaches the whole process group, and
+each run must be interrupted once, by its worker's watcher, not twice.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Collection
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from epochtrain.experiment.progress import Progress
+from epochtrain.experiment.runs import (
+    close_envs,
+    failed_result,
+    finished_result,
+    open_trainer,
+    spec_of,
+)
+
+__all__ = ["STOP_GRACE", "run_processes"]
+
+STOP_GRACE = 30.0
+"""Seconds the workers get to end their interrupted runs before they are killed."""
+
+
+def run_processes(run_dirs: Collection[Path], workers: int, progress: Progress) -> None:
+    """Run each of ``run_dirs`` to its end in a pool of ``workers`` spawned processes."""
+    if not run_dirs:
+        return
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    stop = ctx.Event()
+    pids: set[int] = set()
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(events, stop, os.getpid()),
+    )
+    futures: dict[Future[str], Path] = {}
+    try:
+        for run_dir in run_dirs:
+            futures[pool.submit(_run_in_worker, os.fspath(run_dir))] = run_dir
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(events, progress, pids)
+            for future in done:
+                run_dir = futures[future]
+                try:
+                    status = future.result()
+                except Exception as exc:  # the worker died or could not write the result
+                    failed_result(run_dir, spec_of(run_dir), exc)
+                    status = "failed"
+                progress.end(run_dir, failed=status != "finished")
+    except BaseException:
+        _stop(pool, stop, futures, events, pids)
+        raise
+    pool.shutdown(wait=True)
+    _drain(events, progress, pids)
+    events.close()
+
+
+def _stop(
+    pool: ProcessPoolExecutor,
+    stop: Any,
+    futures: Collection[Future[str]],
+    events: Any,
+    pids: set[int],
+) -> None:
+    """Interrupt every worker's run and wait for them (module docstring)."""
+    stop.set()
+    # cancelled here, not by shutdown(cancel_futures=True), whose manager thread cancels
+    # later; wait() never counts a cancelled future as done, so it waits on the others
+    started = [f for f in futures if not f.cancel()]
+    pool.shutdown(wait=False)
+    all_idle = False
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: kill them now
+        all_idle = not wait(started, timeout=STOP_GRACE).not_done
+    _drain(events, None, pids)
+    if not all_idle:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(KeyboardInterrupt):
+        pool.shutdown(wait=True)
+    events.close()
+
+
+def _drain(events: Any, progress: Progress | None, pids: set[int]) -> None:
+    while True:
+        try:
+            name, kind, value = events.get_nowait()
+        except queue.Empty:
+            return
+        if kind == "pid":
+            pids.add(value)
+        elif progress is None:
+            continue
+        elif kind == "start":
+            progress.start(Path(name), value)
+        else:
+            progress.epoch(Path(name), value)
+
+
+@dataclass
+class _Worker:
+    """A pool process's state: where its events go, and whether it may run (or is)."""
+
+    events: Any
+    stop: Any
+    parent_pid: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    running: bool = False
+
+    def parent_gone(self) -> bool:
+        return os.getppid() != self.parent_pid
+
+    def watch(self) -> None:
+        """Interrupt the run in progress once told to stop or orphaned; exit if orphaned."""
+        while not self.stop.wait(1.0) and not self.parent_gone():
+            pass
+        with self.lock:
+            if self.running:
+                _thread.interrupt_main(signal.SIGTERM)
+            elif self.parent_gone():
+                os._exit(1)  # idle and orphaned: nothing to clean up, nobody to report to
+
+
+_worker: _Worker | None = None  # in a pool process: its state
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def _init_worker(events: Any, stop: Any, parent_pid: int) -> None:
+    import torch
+
+    global _worker
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    _worker = _Worker(events, stop, parent_pid)
+    threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
+    events.put(("", "pid", os.getpid()))
+
+
+def _run_in_worker(run_dir_name: str) -> str:
+    """Run one run to its end in a pool process: ``"finished"``, ``"failed"`` or
+    ``"interrupted"`` (told to stop: no result written, the run resumes next time)."""
+    worker = _worker
+    assert worker is not None, "_init_worker runs first in every pool process"
+    with worker.lock:
+        if worker.stop.is_set() or worker.parent_gone():
+            return "interrupted"
+        worker.running = True
+    run_dir = Path(run_dir_name)
+    start = time.perf_counter()
+    trainer = None
+    try:
+        trainer = open_trainer(run_dir)
+        worker.events.put((run_dir_name, "start", trainer.state.epoch))
+        for _ in trainer:
+            worker.events.put((run_dir_name, "epoch", trainer.state.epoch))
+        finished_result(run_dir, trainer, time.perf_counter() - start)
+        return "finished"
+    except KeyboardInterrupt:
+        return "interrupted"
+    except Exception as exc:
+        failed_result(run_dir, spec_of(run_dir), exc)
+        return "failed"
+    finally:
+        with worker.lock:
+            worker.running = False
+        if trainer is not None:
+            close_envs(trainer)
+        if worker.parent_gone():
+            os._exit(1)
