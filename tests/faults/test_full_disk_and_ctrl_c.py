@@ -180,5 +180,6 @@ def test_ctrl_c_or_sigterm_in_epochtrain_train_exits_128_plus_the_signal_with_on
     lines = [line for line in text.replace("\r", "\n").splitlines() if "epochtrain" in line]
     assert proc.returncode == status
     assert len(lines) == 1 and "Traceback" not in text, text  # progress bars aside
-    assert f"epochtrain: {word}; last checkpoint " in lines[0]
+    # the progress bars closed first: the line is not glued to the last bar's
+    assert lines[0].startswith(f"epochtrain: {word}; last checkpoint "), lines[0]
     assert "epoch_" in lines[0] and "--resume" in lines[0]

@@ -370,7 +370,10 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         return stats
 
     def _note_last_checkpoint(self, exc: BaseException) -> None:
-        """Add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the CLI prints it), once."""
+        """At an interrupt: close the progress bars, so that what is printed next starts on
+        a line of its own, and add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the
+        CLI prints it), once."""
+        self._progress.close()
         if any(n.startswith(LAST_CHECKPOINT_NOTE) for n in getattr(exc, "__notes__", [])):
             return
         if self.last_checkpoint is not None:
