@@ -27,7 +27,7 @@ from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
 from epochtrain.experiment.runs import open_trainer, prepare_runs  # noqa: E402
 from epochtrain.extras import MissingExtraError  # noqa: E402
 from epochtrain.spec import RunSpec  # noqa: E402
-from tests.experiment.settings import FAST  # noqa: E402
+from tests.experiment.settings import FAST, results  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,16 +36,6 @@ def local_ray() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
-
-
-def results(out: Path) -> dict[str, dict[str, object]]:
-    """Every run's result.json without its wall-clock field."""
-    found = {}
-    for path in sorted(out.glob("*/result.json")):
-        data = json.loads(path.read_text())
-        data.pop("wall_time")
-        found[path.parent.name] = data
-    return found
 
 
 def test_a_two_run_sweep_on_ray_equals_the_lockstep_backend(tmp_path: Path) -> None:

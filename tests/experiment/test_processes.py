@@ -3,7 +3,6 @@ the same command then resumes the sweep to the results of an uninterrupted one."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 
 from epochtrain.experiment import grid, run_experiment
 from epochtrain.experiment.processes import STOP_GRACE
-from tests.experiment.settings import FAST
+from tests.experiment.settings import FAST, results
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {**FAST, "max_epoch": 8}
@@ -30,16 +29,6 @@ SWEEP = [
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="finds the workers through /proc (Linux)"
 )
-
-
-def results(out: Path) -> dict[str, dict[str, Any]]:
-    """Every run's result.json without its wall-clock field."""
-    found = {}
-    for path in sorted(out.glob("*/result.json")):
-        data = json.loads(path.read_text())
-        data.pop("wall_time")
-        found[path.parent.name] = data
-    return found
 
 
 def children(pid: int) -> set[int]:
@@ -94,6 +83,15 @@ def start_sweep(out: Path) -> tuple[subprocess.Popen[bytes], set[int]]:
     return proc, workers
 
 
+def assert_the_same_command_finishes_it(out: Path, reference: dict[str, Any]) -> None:
+    rerun = subprocess.run(
+        [*SWEEP, "--out", str(out)], cwd=ROOT, capture_output=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr.decode()
+    assert results(out) == reference
+
+
 def wait_gone(pids: set[int], seconds: float) -> set[int]:
     deadline = time.monotonic() + seconds
     while alive(pids) and time.monotonic() < deadline:
@@ -132,12 +130,7 @@ def test_an_interrupted_sweep_stops_its_workers_and_the_same_command_resumes_it(
     assert len(results(out)) < len(SEEDS)  # interrupted, not finished
     for manifest_dir in out.glob("*/checkpoints/*"):
         assert manifest_dir.name.startswith("epoch_") and (manifest_dir / "manifest.json").exists()
-    rerun = subprocess.run(
-        [*SWEEP, "--out", str(out)], cwd=ROOT, capture_output=True, timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert rerun.returncode == 0, rerun.stderr.decode()
-    assert results(out) == reference
+    assert_the_same_command_finishes_it(out, reference)
 
 
 @pytest.mark.slow
@@ -149,9 +142,4 @@ def test_the_workers_of_a_killed_sweep_stop_and_the_same_command_resumes_it(
     proc.send_signal(signal.SIGKILL)  # kill -9: the driver cannot tell its workers
     proc.communicate(timeout=60)
     assert not wait_gone(workers, 10.0), "a worker outlived its killed driver"
-    rerun = subprocess.run(
-        [*SWEEP, "--out", str(out)], cwd=ROOT, capture_output=True, timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert rerun.returncode == 0, rerun.stderr.decode()
-    assert results(out) == reference
+    assert_the_same_command_finishes_it(out, reference)

@@ -17,19 +17,9 @@ import pytest
 from epochtrain.dataset import record_dataset
 from epochtrain.experiment import grid, load_experiment, run_experiment
 from epochtrain.spec import RunSpec
-from tests.experiment.settings import FAST
+from tests.experiment.settings import FAST, results
 
 ALGOS, ENVS, SEEDS = ["ppo", "a2c"], ["CartPole-v1"], [0, 1, 2]
-
-
-def results(out: Path) -> dict[str, dict[str, object]]:
-    """Every run's result.json without its wall-clock field."""
-    found = {}
-    for path in sorted(out.glob("*/result.json")):
-        data = json.loads(path.read_text())
-        data.pop("wall_time")
-        found[path.parent.name] = data
-    return found
 
 
 @pytest.fixture(scope="module")
