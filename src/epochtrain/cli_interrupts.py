@@ -52,7 +52,8 @@ def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
 
     ``sweep`` continues by running the same command again (finished runs are skipped, the
     others resume from their latest checkpoints); ``train`` with ``--resume`` and the run
-    directory of the last checkpoint the interrupt carries.
+    directory of the last checkpoint the interrupt carries; the other commands keep
+    nothing to continue from.
     """
     from epochtrain.errors import LAST_CHECKPOINT_NOTE as prefix
 
@@ -64,6 +65,8 @@ def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
             f"continue with the same command: {command}"
         )
     notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(prefix)]
+    if argv[:1] != ["train"]:  # eval, collect, compare, config: nothing to resume
+        return f"epochtrain: {what}"
     if not notes:
         return f"epochtrain: {what} before any checkpoint was written; nothing to resume"
     ckpt = notes[-1][len(prefix) :]

@@ -1,0 +1,74 @@
+"""Tests of epochtrain.cli_interrupts: the line and exit status an interrupted command ends
+with, and SIGTERM raised where Ctrl-C would be."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from epochtrain.cli_interrupts import (
+    Terminated,
+    exit_status,
+    interrupted_line,
+    sigterm_as_interrupt,
+)
+from epochtrain.errors import LAST_CHECKPOINT_NOTE
+
+
+def with_checkpoint(exc: KeyboardInterrupt, path: str) -> KeyboardInterrupt:
+    exc.add_note(LAST_CHECKPOINT_NOTE + path)
+    return exc
+
+
+def test_train_names_its_last_checkpoint_and_the_resume_command_without_the_old_resume() -> None:
+    exc = with_checkpoint(KeyboardInterrupt(), "/runs/a b/checkpoints/epoch_000003")
+    argv = ["train", "--algo", "ppo", "--resume", "/old", "--logdir", "/runs/a b"]
+    line = interrupted_line(exc, argv)
+    assert line == (
+        "epochtrain: interrupted; last checkpoint /runs/a b/checkpoints/epoch_000003; resume "
+        "with: epochtrain train --algo ppo --logdir '/runs/a b' --resume '/runs/a b/checkpoints'"
+    )
+    assert interrupted_line(KeyboardInterrupt(), ["train", "--algo", "ppo"]) == (
+        "epochtrain: interrupted before any checkpoint was written; nothing to resume"
+    )
+
+
+def test_a_sweep_is_continued_by_the_same_command_whatever_run_was_interrupted() -> None:
+    exc = with_checkpoint(Terminated(), "/exp/ppo-CartPole-v1-s0/checkpoints/epoch_000001")
+    argv = ["sweep", "--algo", "ppo", "--seeds", "0-4", "--out", "exp"]
+    assert interrupted_line(exc, argv) == (
+        "epochtrain: terminated; finished runs and checkpoints are kept; continue with the "
+        "same command: epochtrain sweep --algo ppo --seeds 0-4 --out exp"
+    )
+
+
+@pytest.mark.parametrize("command", ["eval", "collect", "compare", "config"])
+def test_commands_without_checkpoints_say_only_that_they_were_interrupted(command: str) -> None:
+    assert interrupted_line(KeyboardInterrupt(), [command, "x"]) == "epochtrain: interrupted"
+
+
+def test_the_exit_status_is_128_plus_the_signal() -> None:
+    assert exit_status(KeyboardInterrupt()) == 130
+    assert exit_status(Terminated()) == 143
+
+
+def test_sigterm_raises_terminated_inside_the_block_and_the_old_handler_comes_back() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated), sigterm_as_interrupt():
+        signal.raise_signal(signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_outside_the_main_thread_the_block_runs_unchanged() -> None:
+    seen: list[object] = []
+
+    def body() -> None:
+        with sigterm_as_interrupt():
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [signal.getsignal(signal.SIGTERM)]
