@@ -64,10 +64,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
     return results(out)
 
 
-def start_sweep(out: Path) -> tuple[subprocess.Popen[bytes], set[int]]:
+def start_sweep(out: Path, *flags: str) -> tuple[subprocess.Popen[bytes], set[int]]:
     """The sweep in its own session, once a run has checkpointed, and its workers' pids."""
     proc = subprocess.Popen(
-        [*SWEEP, "--out", str(out)],
+        [*SWEEP, "--out", str(out), *flags],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         # as from a terminal: a job a non-interactive shell started inherits SIGINT ignored
@@ -78,9 +78,16 @@ def start_sweep(out: Path) -> tuple[subprocess.Popen[bytes], set[int]]:
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
         assert time.monotonic() < deadline, "no checkpoint within 120 s"
         time.sleep(0.02)
-    workers = children(proc.pid)
-    assert len(workers) >= 2  # the two workers (and multiprocessing's resource tracker)
+    workers = {p for p in children(proc.pid) if b"spawn_main" in cmdline(p)}
+    assert len(workers) == 2  # not multiprocessing's resource tracker
     return proc, workers
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def assert_the_same_command_finishes_it(out: Path, reference: dict[str, Any]) -> None:
@@ -143,3 +150,37 @@ def test_the_workers_of_a_killed_sweep_stop_and_the_same_command_resumes_it(
     proc.communicate(timeout=60)
     assert not wait_gone(workers, 10.0), "a worker outlived its killed driver"
     assert_the_same_command_finishes_it(out, reference)
+
+
+@pytest.mark.slow
+def test_a_run_whose_worker_died_starts_again_from_its_checkpoint_and_the_sweep_finishes(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    out = tmp_path / "exp"
+    proc, workers = start_sweep(out)
+    os.kill(min(workers), signal.SIGKILL)  # as the OOM killer would
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err.decode()
+    assert results(out) == reference  # the runs went on from their checkpoints
+
+
+@pytest.mark.slow
+def test_past_max_failures_the_runs_of_a_dead_worker_fail_and_the_others_finish(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    out = tmp_path / "exp"
+    proc, workers = start_sweep(out, "--max-failures", "0")
+    os.kill(min(workers), signal.SIGKILL)
+    out_text, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 1  # some runs failed
+    found = results(out)
+    failed = {k for k, v in found.items() if v["status"] == "failed"}
+    assert failed and len(failed) <= 2  # the runs in the broken pool that had started
+    for run_id in failed:
+        assert "worker process died" in found[run_id]["error"]
+        assert "max_failures=0" in found[run_id]["error"]
+    assert {k: v for k, v in found.items() if k not in failed} == {
+        k: v for k, v in reference.items() if k not in failed
+    }  # the others ran in a new pool, to the end
+    assert f"{len(found) - len(failed)}/{len(found)} runs finished" in out_text.decode()
+    assert_the_same_command_finishes_it(out, reference)  # a failed run resumes too

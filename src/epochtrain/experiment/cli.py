@@ -79,7 +79,10 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--gpus-per-run", type=float, default=0.0, help="ray: GPUs per trial")
     parser.add_argument(
-        "--max-failures", type=int, default=3, help="ray: restores of a trial whose worker died"
+        "--max-failures",
+        type=int,
+        default=3,
+        help="ray, processes: restarts of a run whose worker process died",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument("--config", default=None, metavar="FILE", help="run spec to start from")

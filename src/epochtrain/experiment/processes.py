@@ -7,7 +7,9 @@ complete epoch, whose checkpoint is on disk, and its envs close), no queued run 
 and the interrupt is raised again once the workers are idle. A worker still busy
 :data:`STOP_GRACE` seconds later, or at a second Ctrl-C, is killed. A worker whose parent
 died (``kill -9``) interrupts its run the same way within a second and exits. Interrupted
-runs get no ``result.json``, so re-running the experiment resumes them.
+runs get no ``result.json``, so re-running the experiment resumes them. A worker that
+dies on its own (the OOM killer) takes its pool down: the runs not ended start again in a
+new pool from their latest checkpoints, ``max_failures`` times (:func:`run_processes`).
 
 Workers ignore SIGINT themselves: a terminal's Ctrl-C reaches the whole process group, and
 each run must be interrupted once, by its worker's watcher, not twice.
@@ -25,6 +27,7 @@ import threading
 import time
 from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -35,6 +38,7 @@ from epochtrain.experiment.runs import (
     close_envs,
     failed_result,
     finished_result,
+    is_finished,
     open_trainer,
     spec_of,
 )
@@ -45,14 +49,35 @@ STOP_GRACE = 30.0
 """Seconds the workers get to end their interrupted runs before they are killed."""
 
 
-def run_processes(run_dirs: Collection[Path], workers: int, progress: Progress) -> None:
-    """Run each of ``run_dirs`` to its end in a pool of ``workers`` spawned processes."""
-    if not run_dirs:
-        return
+def run_processes(
+    run_dirs: Collection[Path], workers: int, progress: Progress, *, max_failures: int = 3
+) -> None:
+    """Run each of ``run_dirs`` to its end in a pool of ``workers`` spawned processes.
+
+    A worker that dies (the OOM killer, ``kill -9``) breaks the pool, and the pool ends
+    every run in it: each run that had started counts a failure (the pool cannot tell whose
+    worker died), and every run not ended starts again from its latest checkpoint in a new
+    pool; a run past ``max_failures`` failures is recorded as failed with the pool's error.
+    """
+    failures: dict[Path, int] = {}
+    todo = list(run_dirs)
+    while todo:
+        todo = _run_pool(todo, min(workers, len(todo)), progress, failures, max_failures)
+
+
+def _run_pool(
+    run_dirs: list[Path],
+    workers: int,
+    progress: Progress,
+    failures: dict[Path, int],
+    max_failures: int,
+) -> list[Path]:
+    """Run ``run_dirs`` in one pool; returns those to run again because a worker died."""
     ctx = multiprocessing.get_context("spawn")
     events = ctx.Queue()
     stop = ctx.Event()
     pids: set[int] = set()
+    started: set[Path] = set()
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=ctx,
@@ -60,18 +85,22 @@ def run_processes(run_dirs: Collection[Path], workers: int, progress: Progress) 
         initargs=(events, stop, os.getpid()),
     )
     futures: dict[Future[str], Path] = {}
+    broken: dict[Path, BrokenProcessPool] = {}
     try:
         for run_dir in run_dirs:
             futures[pool.submit(_run_in_worker, os.fspath(run_dir))] = run_dir
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            _drain(events, progress, pids)
+            _drain(events, progress, pids, started)
             for future in done:
                 run_dir = futures[future]
                 try:
                     status = future.result()
-                except Exception as exc:  # the worker died or could not write the result
+                except BrokenProcessPool as died:  # decided once the pool is down
+                    broken[run_dir] = died
+                    continue
+                except Exception as exc:  # the result could not come back
                     failed_result(run_dir, spec_of(run_dir), exc)
                     status = "failed"
                 progress.end(run_dir, failed=status != "finished")
@@ -79,8 +108,26 @@ def run_processes(run_dirs: Collection[Path], workers: int, progress: Progress) 
         _stop(pool, stop, futures, events, pids)
         raise
     pool.shutdown(wait=True)
-    _drain(events, progress, pids)
+    _drain(events, progress, pids, started)
     events.close()
+    again = []
+    for run_dir, pool_error in broken.items():
+        if is_finished(run_dir):  # it ended just before the pool broke
+            progress.end(run_dir, failed=False)
+            continue
+        failures[run_dir] = failures.get(run_dir, 0) + (run_dir in started)
+        if failures[run_dir] > max_failures:
+            error = BrokenProcessPool(
+                f"a worker process died while this run was in its pool {failures[run_dir]} "
+                f"times (max_failures={max_failures}); the last time: {pool_error}"
+            )
+            failed_result(run_dir, spec_of(run_dir), error)
+            progress.end(run_dir, failed=True)
+        else:
+            if run_dir in started:
+                progress.restart(run_dir, "a worker process of the sweep died")
+            again.append(run_dir)
+    return again
 
 
 def _stop(
@@ -109,7 +156,9 @@ def _stop(
     events.close()
 
 
-def _drain(events: Any, progress: Progress | None, pids: set[int]) -> None:
+def _drain(
+    events: Any, progress: Progress | None, pids: set[int], started: set[Path] | None = None
+) -> None:
     while True:
         try:
             name, kind, value = events.get_nowait()
@@ -117,9 +166,12 @@ def _drain(events: Any, progress: Progress | None, pids: set[int]) -> None:
             return
         if kind == "pid":
             pids.add(value)
-        elif progress is None:
             continue
-        elif kind == "start":
+        if kind == "start" and started is not None:
+            started.add(Path(name))
+        if progress is None:
+            continue
+        if kind == "start":
             progress.start(Path(name), value)
         else:
             progress.epoch(Path(name), value)

@@ -89,11 +89,24 @@ class Progress(Closing):
         self._overall.total = (self._overall.total or 0) - left
         self._describe()
         self._overall.refresh()
+        self._drop_bar(run_dir)
+        tqdm.write(f"{run_dir.name}: {_outcome(run_dir, failed)}")
+
+    def restart(self, run_dir: Path, why: str) -> None:
+        """``run_dir``'s worker died (``why``); the run will start again from its latest
+        checkpoint, and the epochs after it count again."""
+        if self._overall is None:
+            return
+        self._overall.total = (self._overall.total or 0) + self._epoch.pop(run_dir, 0)
+        self._overall.refresh()
+        self._drop_bar(run_dir)
+        tqdm.write(f"{run_dir.name}: {why}; starting it again from its latest checkpoint")
+
+    def _drop_bar(self, run_dir: Path) -> None:
         bar = self._bars.pop(run_dir, None)
         if bar is not None:
             bar.close()
             self._slots[self._slots.index(run_dir)] = None
-        tqdm.write(f"{run_dir.name}: {_outcome(run_dir, failed)}")
 
 
 def _outcome(run_dir: Path, failed: bool) -> str:

@@ -8,7 +8,8 @@ Backends, which write the same run directories and the same numbers for the same
   (:mod:`epochtrain.experiment.processes`);
 - ``"ray"``: one Ray Tune trial per run (:func:`epochtrain.ray.run_trials`, extra
   ``epochtrain[ray]``), on a local Ray or the cluster at ``address``; a trial whose worker
-  dies is restored from its last checkpoint (``max_failures`` times).
+  dies is restored from its last checkpoint (``max_failures`` times; with ``"processes"``
+  a run whose worker died starts again from its last checkpoint as often).
 
 All run torch on one thread per run (a Ray trial: one per CPU it holds, 1 by default), so a
 run computes the same floats whichever backend runs it. Re-running skips runs whose
@@ -111,11 +112,13 @@ def run_experiment(
 
     ``workers`` is the ``"processes"`` pool size (default: CPU count, at most one per run),
     or the most Ray trials running at once (default: as the cluster's CPUs allow);
-    ``show_progress`` draws a bar per run and an overall bar with an ETA on stderr.
+    ``show_progress`` draws a bar per run and an overall bar with an ETA on stderr;
+    ``max_failures`` is how often a run whose worker process died (Ray, processes) starts
+    again from its last checkpoint before it is recorded as failed.
     Ray only (``docs/cluster.md``): ``address`` of the cluster (``None``: the Ray this
     process is connected to, else a new local one; ``"auto"``: this node's cluster),
-    ``max_failures`` restores of a trial whose worker died, ``gpus_per_run`` GPUs per trial
-    and ``storage_path`` for Tune's own files (default ``out_dir/.tune``).
+    ``gpus_per_run`` GPUs per trial and ``storage_path`` for Tune's own files (default
+    ``out_dir/.tune``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -150,7 +153,7 @@ def run_experiment(
             )
         else:
             n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
-            run_processes(pending, n, progress)
+            run_processes(pending, n, progress, max_failures=max_failures)
     return load_experiment(root)
 
 

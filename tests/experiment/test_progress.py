@@ -1,0 +1,36 @@
+"""Tests of epochtrain.experiment.progress: the overall bar counts the epochs left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from epochtrain.experiment import grid
+from epochtrain.experiment.progress import Progress
+from epochtrain.experiment.runs import prepare_runs
+from tests.experiment.settings import FAST
+
+
+def test_a_restarted_run_counts_the_epochs_after_its_checkpoint_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dirs = prepare_runs(
+        grid(["ppo"], ["CartPole-v1"], [0, 1], **{**FAST, "max_epoch": 10}), tmp_path
+    )
+    a, b = run_dirs
+    with Progress(run_dirs, run_dirs, enabled=True) as progress:
+        overall = progress._overall
+        assert overall is not None and overall.total == 20
+        progress.start(a, 0)
+        progress.start(b, 0)
+        progress.epoch(a, 4)  # a's worker dies after epoch 4; its checkpoint is epoch 3's
+        progress.restart(a, "a worker process of the sweep died")
+        assert a not in progress._bars and progress._slots.count(None) == 1
+        progress.start(a, 3)
+        assert progress._bars[a].n == 3 and progress._slots.count(None) == 0  # slot reused
+        assert (overall.n, overall.total) == (4, 21)  # epoch 4 is run again
+        progress.epoch(a, 10)
+        progress.epoch(b, 10)
+        assert overall.n == overall.total == 21
+    assert "a worker process of the sweep died; starting it again" in capsys.readouterr().out
