@@ -55,9 +55,10 @@ def run_processes(
     """Run each of ``run_dirs`` to its end in a pool of ``workers`` spawned processes.
 
     A worker that dies (the OOM killer, ``kill -9``) breaks the pool, and the pool ends
-    every run in it: each run that had started counts a failure (the pool cannot tell whose
-    worker died), and every run not ended starts again from its latest checkpoint in a new
-    pool; a run past ``max_failures`` failures is recorded as failed with the pool's error.
+    every run in it: each run that had begun counts a failure (the pool cannot tell whose
+    worker died; when none had, as when a worker cannot start, every run counts one), and
+    every run not ended starts again from its latest checkpoint in a new pool; a run past
+    ``max_failures`` failures is recorded as failed with the pool's error.
     """
     failures: dict[Path, int] = {}
     todo = list(run_dirs)
@@ -77,7 +78,7 @@ def _run_pool(
     events = ctx.Queue()
     stop = ctx.Event()
     pids: set[int] = set()
-    started: set[Path] = set()
+    begun: set[Path] = set()
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=ctx,
@@ -92,7 +93,7 @@ def _run_pool(
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            _drain(events, progress, pids, started)
+            _drain(events, progress, pids, begun)
             for future in done:
                 run_dir = futures[future]
                 try:
@@ -108,14 +109,15 @@ def _run_pool(
         _stop(pool, stop, futures, events, pids)
         raise
     pool.shutdown(wait=True)
-    _drain(events, progress, pids, started)
+    _drain(events, progress, pids, begun)
     events.close()
+    blamed = begun or set(broken)  # nothing began: the pool itself failed, all count
     again = []
     for run_dir, pool_error in broken.items():
         if is_finished(run_dir):  # it ended just before the pool broke
             progress.end(run_dir, failed=False)
             continue
-        failures[run_dir] = failures.get(run_dir, 0) + (run_dir in started)
+        failures[run_dir] = failures.get(run_dir, 0) + (run_dir in blamed)
         if failures[run_dir] > max_failures:
             error = BrokenProcessPool(
                 f"a worker process died while this run was in its pool {failures[run_dir]} "
@@ -124,7 +126,7 @@ def _run_pool(
             failed_result(run_dir, spec_of(run_dir), error)
             progress.end(run_dir, failed=True)
         else:
-            if run_dir in started:
+            if run_dir in begun:
                 progress.restart(run_dir, "a worker process of the sweep died")
             again.append(run_dir)
     return again
@@ -157,7 +159,7 @@ def _stop(
 
 
 def _drain(
-    events: Any, progress: Progress | None, pids: set[int], started: set[Path] | None = None
+    events: Any, progress: Progress | None, pids: set[int], begun: set[Path] | None = None
 ) -> None:
     while True:
         try:
@@ -166,12 +168,12 @@ def _drain(
             return
         if kind == "pid":
             pids.add(value)
+        elif kind == "begin":
+            if begun is not None:
+                begun.add(Path(name))
+        elif progress is None:
             continue
-        if kind == "start" and started is not None:
-            started.add(Path(name))
-        if progress is None:
-            continue
-        if kind == "start":
+        elif kind == "start":
             progress.start(Path(name), value)
         else:
             progress.epoch(Path(name), value)
@@ -229,6 +231,7 @@ def _run_in_worker(run_dir_name: str) -> str:
         if worker.stop.is_set() or worker.parent_gone():
             return "interrupted"
         worker.running = True
+    worker.events.put((run_dir_name, "begin", 0))  # a failure counts from here
     run_dir = Path(run_dir_name)
     start = time.perf_counter()
     trainer = None
