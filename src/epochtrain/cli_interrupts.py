@@ -15,17 +15,10 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
+
+from epochtrain.errors import Terminated, raise_terminated
 
 __all__ = ["Terminated", "exit_status", "interrupted_line", "sigterm_as_interrupt"]
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be so that the run ends the same way."""
-
-
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(f"signal {signum}")
 
 
 @contextlib.contextmanager
@@ -35,7 +28,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
     finally:

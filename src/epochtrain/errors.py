@@ -6,11 +6,30 @@ message names the file, parameter or env, the cause and the fix.
 
 from __future__ import annotations
 
-__all__ = ["LAST_CHECKPOINT_NOTE", "CheckpointError", "EnvError", "NonFiniteError"]
+from types import FrameType
+
+__all__ = [
+    "LAST_CHECKPOINT_NOTE",
+    "CheckpointError",
+    "EnvError",
+    "NonFiniteError",
+    "Terminated",
+    "raise_terminated",
+]
 
 LAST_CHECKPOINT_NOTE = "epochtrain: last checkpoint: "
 """Prefix of the note a trainer adds to a ``KeyboardInterrupt``: the path of its last
 checkpoint follows (the CLI prints it with the command that resumes)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``, a scheduler's stop), raised where Ctrl-C would be, so that a
+    run ends the same way: back at its last complete epoch."""
+
+
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM handler (``signal.signal(signal.SIGTERM, raise_terminated)``)."""
+    raise Terminated(f"signal {signum}")
 
 
 class CheckpointError(ValueError):

@@ -30,9 +30,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from epochtrain.errors import raise_terminated
 from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.runs import (
     close_envs,
@@ -206,17 +206,13 @@ class _Worker:
 _worker: _Worker | None = None  # in a pool process: its state
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"stopped by signal {signum}")
-
-
 def _init_worker(events: Any, stop: Any, parent_pid: int) -> None:
     import torch
 
     global _worker
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_terminated)  # the stop: as Ctrl-C
     _worker = _Worker(events, stop, parent_pid)
     threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
     events.put(("", "pid", os.getpid()))
