@@ -143,7 +143,7 @@ def test_a_trial_killed_more_often_than_max_failures_is_failed_and_a_rerun_finis
     assert results(tmp_path / "ray") == results(tmp_path / "lockstep")
 
 
-@pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])
+@pytest.mark.parametrize("how", ["kill -9", "ctrl-c", "sigterm"])
 def test_a_sweep_rerun_after_its_driver_was_killed_continues_from_the_checkpoints(
     tmp_path: Path, how: str
 ) -> None:
@@ -169,11 +169,15 @@ def test_a_sweep_rerun_after_its_driver_was_killed_continues_from_the_checkpoint
             assert driver.poll() is None, "the sweep ended before its driver could be killed"
             assert time.monotonic() < deadline, "no checkpoint of epoch 2 within 240 s"
             time.sleep(0.02)
-        if how == "ctrl-c":
-            os.killpg(driver.pid, signal.SIGINT)
-            assert driver.wait(timeout=120) == 130, stderr.read_text()[-3000:]
+        if how in ("ctrl-c", "sigterm"):  # Tune stops the trials; the driver says how to go on
+            if how == "ctrl-c":
+                os.killpg(driver.pid, signal.SIGINT)
+            else:  # `kill PID`: the driver alone, as a scheduler stops a job
+                driver.send_signal(signal.SIGTERM)
+            status, what = (130, "interrupted") if how == "ctrl-c" else (143, "terminated")
+            assert driver.wait(timeout=120) == status, stderr.read_text()[-3000:]
             last = stderr.read_text().strip().splitlines()[-1]
-            assert last.startswith("epochtrain: interrupted; finished runs and checkpoints"), last
+            assert last.startswith(f"epochtrain: {what}; finished runs and checkpoints"), last
     finally:
         if driver.poll() is None:
             driver.kill()

@@ -22,7 +22,9 @@ import json
 import logging
 import os
 import random
+import signal
 import socket
+import threading
 import time
 import warnings
 import zlib
@@ -45,6 +47,7 @@ from ray.tune.result import SHOULD_CHECKPOINT  # noqa: E402
 
 from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
+from epochtrain.errors import Terminated, raise_terminated  # noqa: E402
 from epochtrain.experiment.progress import Progress  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
     CHECKPOINTS,
@@ -360,6 +363,36 @@ def _quiet_tune() -> Iterator[None]:
             os.environ.pop(name, None)
 
 
+@contextlib.contextmanager
+def _sigterm_stops_tune() -> Iterator[list[int]]:
+    """SIGTERM during the block stops Tune as Ctrl-C does, through the SIGINT handler Tune
+    sets while it runs; the list it yields holds the signals received.
+
+    ``ray.init`` replaces the CLI's SIGTERM handler with Ray's (a stack, exit status 1,
+    trials cut mid-epoch); this one is set after it. A second SIGTERM, or one before Tune
+    set its handler, raises :class:`~epochtrain.errors.Terminated` at once.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def stop_tune(signum: int, frame: Any) -> None:
+        tune_handler = signal.getsignal(signal.SIGINT)
+        first = not received
+        received.append(signum)
+        if first and callable(tune_handler) and tune_handler is not signal.default_int_handler:
+            tune_handler(signal.SIGINT, frame)
+        else:
+            raise_terminated(signum, frame)
+
+    previous = signal.signal(signal.SIGTERM, stop_tune)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _unreachable(address: str | None, why: str) -> str:
     return (
         f"cannot connect to a Ray cluster at address={address!r} ({why}): start one with "
@@ -453,7 +486,7 @@ def run_trials(
                 verbose=0,
             ),
         )
-        with _quiet_tune():
+        with _quiet_tune(), _sigterm_stops_tune() as terminated:
             grid = tuner.fit()
     for index in range(len(grid)):
         result = grid[index]
@@ -464,4 +497,5 @@ def run_trials(
         progress.end(run_dir, failed=not is_finished(run_dir))
     stopped = [d.name for d in run_dirs if not (d / RESULT_FILE).exists()]
     if stopped:  # neither finished nor failed: Tune was stopped (Ctrl-C) before they ended
-        raise KeyboardInterrupt(f"Ray Tune stopped before these runs ended: {', '.join(stopped)}")
+        interrupt = Terminated if terminated else KeyboardInterrupt
+        raise interrupt(f"Ray Tune stopped before these runs ended: {', '.join(stopped)}")
