@@ -11,14 +11,15 @@ exit with status 2 and a one-line message.
 
 Checkpoints go to ``<run dir>/checkpoints`` every epoch; ``train ... --resume PATH``
 continues a run and ``epochtrain eval PATH --episodes 10`` tests a checkpoint's policy.
+The ``eval`` and ``collect`` commands live in :mod:`epochtrain.cli_policy`, ``sweep`` and
+``compare`` in :mod:`epochtrain.experiment.cli`; this module builds the parser, runs
+``train`` and ``config`` and dispatches the rest.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,14 +30,8 @@ from epochtrain.spec_args import add_spec_options, resolve_spec, settings_help
 __all__ = ["build_parser", "main"]
 
 # Errors found before any work starts: a one-line message and exit status 2 (a missing
-# optional extra is an ImportError subclass naming the pip command).
-_USAGE_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, FileNotFoundError, ImportError)
-
-
-def _algos() -> list[str]:
-    from epochtrain.registry import ALGORITHMS
-
-    return sorted(ALGORITHMS)
+# optional extra is an ImportError subclass naming the pip command). Every command uses it.
+USAGE_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, FileNotFoundError, ImportError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,74 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_spec_options(config)
     config.add_argument("--json", action="store_true", help="print JSON instead of TOML")
-    _add_collect_parser(sub, fmt)
+    # imported here, not at the top: cli_policy imports USAGE_ERRORS from this module
+    from epochtrain.cli_policy import add_collect_parser, add_eval_parser
     from epochtrain.experiment.cli import add_compare_parser, add_sweep_parser
 
+    add_collect_parser(sub, fmt)
     add_sweep_parser(sub)
     add_compare_parser(sub)
-    _add_eval_parser(sub, fmt)
+    add_eval_parser(sub, fmt)
     return parser
-
-
-def _add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    evaluate = sub.add_parser(
-        "eval", help="test the policy of a checkpoint written by `train`", formatter_class=fmt
-    )
-    evaluate.add_argument("path", help="a checkpoint, or a directory of checkpoints (latest)")
-    evaluate.add_argument("--episodes", type=int, default=10, help="test episodes to run")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of the test envs")
-    evaluate.add_argument("--device", default="cpu", help="torch device for the networks")
-    evaluate.add_argument(
-        "--video",
-        default=None,
-        metavar="OUT.mp4",
-        help="also record the first test episode to this mp4 (extra: epochtrain[video])",
-    )
-
-
-def _add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    collect = sub.add_parser(
-        "collect",
-        help="record a dataset from a policy into a buffer file for offline training",
-        formatter_class=fmt,
-    )
-    collect.add_argument("--env", required=True, help="gymnasium env id")
-    collect.add_argument("--steps", type=int, required=True, help="env steps to record")
-    collect.add_argument(
-        "--out",
-        required=True,
-        help="buffer file to write (plus OUT.json); with --format minari, the dataset id",
-    )
-    collect.add_argument(
-        "--format",
-        choices=["buffer", "minari"],
-        default="buffer",
-        help="an epochtrain buffer file, or a local Minari dataset (extra: epochtrain[minari])",
-    )
-    source = collect.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="record the policy of this checkpoint (or dir)")
-    source.add_argument("--algo", choices=_algos(), help="train this algorithm first, then record")
-    source.add_argument("--random", action="store_true", help="record uniform random actions")
-    collect.add_argument(
-        "--train-steps",
-        type=int,
-        default=None,
-        help="with --algo: train for at most this many env steps",
-    )
-    collect.add_argument(
-        "--train-until",
-        type=float,
-        default=None,
-        help="with --algo: stop training once the mean test return reaches this "
-        "(a 'medium' policy for D4RL-style datasets)",
-    )
-    collect.add_argument("--seed", type=int, default=0, help="seed of training and recording")
-    collect.add_argument("--num-envs", type=int, default=1, help="envs recorded in parallel")
-    collect.add_argument(
-        "--deterministic",
-        action="store_true",
-        help="record the policy's deterministic actions (default: with its exploration)",
-    )
 
 
 def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
@@ -213,7 +149,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         spec, run_dir = _prepare_train(args)
         trainer = make_trainer(spec)
-    except _USAGE_ERRORS as exc:  # found before any work
+    except USAGE_ERRORS as exc:  # found before any work
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
     if run_dir is not None:
@@ -238,216 +174,10 @@ def _train(args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace) -> int:
     try:
         spec = resolve_spec(args)
-    except _USAGE_ERRORS as exc:
+    except USAGE_ERRORS as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
     print(spec.to_json() if args.json else spec.to_toml(), end="" if not args.json else "\n")
-    return 0
-
-
-def _checkpoint_trainer(
-    path: str, device: str, num_test_envs: int
-) -> tuple[Any, Path, dict[str, Any]]:
-    """A trainer rebuilt from a checkpoint's manifest, with the checkpoint's policy loaded.
-
-    Returns the trainer, the resolved checkpoint directory and its manifest.
-    """
-    from epochtrain.checkpoint import (
-        load_hook_states,
-        load_policy,
-        read_manifest,
-        resolve_checkpoint,
-    )
-    from epochtrain.factory import make_envs, make_trainer
-    from epochtrain.logger import LazyLogger
-    from epochtrain.spec import RunSpec
-    from epochtrain.trainer import ObservationNormalizer
-
-    ckpt = resolve_checkpoint(path)
-    saved = read_manifest(ckpt, verify_files=False).get("spec")  # load_policy verifies
-    if saved is None:
-        raise ValueError(
-            f"{ckpt} holds no run spec (it was not written by `epochtrain train` or "
-            "make_trainer): load it in Python with trainer.load_checkpoint"
-        )
-    spec = RunSpec.from_dict(saved).with_overrides(
-        {
-            "device": device,
-            "num_test_envs": num_test_envs,
-            "show_progress": False,
-            "logging.logdir": None,
-            "checkpoint_dir": None,
-            "resume_from": None,
-            "dataset": None,
-        }
-    )
-    dataset = None
-    if spec.entry.kind == "offline":  # its trainer needs a dataset to be built
-        dataset = _one_transition(make_envs(spec.env_id, 1))
-    trainer = make_trainer(spec, buffer=dataset, logger=LazyLogger(), stop_fn=None)
-    manifest = load_policy(trainer.policy, ckpt)
-    for name, state in load_hook_states(ckpt):
-        # the policy acts on normalised observations: test it on them, with the run's stats
-        if name == ObservationNormalizer.__qualname__:
-            normalizer = ObservationNormalizer()
-            trainer.register_hook(normalizer)
-            normalizer.load_state_dict(state)
-    return trainer, ckpt, manifest
-
-
-def _eval(args: argparse.Namespace) -> int:
-    try:
-        if args.episodes < 1:
-            raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
-        trainer, ckpt, manifest = _checkpoint_trainer(
-            args.path, args.device, min(args.episodes, 10)
-        )
-    except _USAGE_ERRORS as exc:
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
-        return 2
-    algo, env_id = manifest["spec"]["algo"], manifest["spec"]["env_id"]
-    collector = trainer.test_collector
-    assert collector is not None
-    collector.reset(seed=args.seed)
-    stat = collector.collect(n_episode=args.episodes)
-    assert stat.returns_stat is not None
-    ret = stat.returns_stat
-    print(
-        f"{algo} on {env_id}, checkpoint {ckpt} (epoch {manifest['epoch']}, "
-        f"{manifest['env_step']} env steps): mean return {ret.mean:.2f} ± {ret.std:.2f} over "
-        f"{stat.n_collected_episodes} episodes (min {ret.min:.2f}, max {ret.max:.2f})"
-    )
-    if args.video is not None:
-        from epochtrain.trainer.video import record_video
-
-        try:
-            path = record_video(
-                trainer.policy,
-                env_id,
-                args.video,
-                seed=args.seed,
-                obs_transform=_normalizer(trainer),
-            )
-        except _USAGE_ERRORS as exc:
-            print(f"epochtrain: error: {exc}", file=sys.stderr)
-            return 2
-        print(f"Video of a test episode: {path}")
-    return 0
-
-
-def _normalizer(trainer: Any) -> Any:
-    """The observation transform of the run's ``ObservationNormalizer``, or None."""
-    from epochtrain.trainer import ObservationNormalizer
-
-    hooks = (hook for hook in trainer.hooks if isinstance(hook, ObservationNormalizer))
-    return next((hook.normalize for hook in hooks), None)
-
-
-def _one_transition(envs: Any) -> Any:
-    """A one-transition buffer, so an offline algorithm's trainer can be built for testing."""
-    from epochtrain.data import ReplayBuffer
-
-    buffer = ReplayBuffer(1, 1)
-    obs, _ = envs.reset(seed=0)
-    act = envs.action_space.sample()
-    obs_next, rew, terminated, truncated, _ = envs.step(act)
-    buffer.add(obs, act, rew, terminated, truncated, obs_next)
-    return buffer
-
-
-def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
-    """The policy to record, its description and the observation transform it acts through
-    (an ``ObservationNormalizer``'s, or None); trains the policy first with ``--algo``."""
-    if args.random:
-        return None, "random", None
-    if args.checkpoint is not None:
-        trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1)
-        if manifest["spec"]["env_id"] != args.env:
-            raise ValueError(
-                f"--checkpoint {args.checkpoint} was trained on {manifest['spec']['env_id']}, "
-                f"not --env {args.env}: record on the env the policy was trained on"
-            )
-        return trainer.policy, f"{manifest['spec']['algo']} from {ckpt}", _normalizer(trainer)
-    from epochtrain.factory import make_trainer
-
-    if args.train_steps is None and args.train_until is None:
-        raise ValueError("--algo needs --train-steps and/or --train-until to say how long to train")
-    until = args.train_until
-    trainer = make_trainer(
-        args.algo,
-        args.env,
-        seed=args.seed,
-        stop_fn=None if until is None else (lambda best: best >= until),
-        show_progress=False,
-        max_epoch=10**9,
-    )
-    for _ in trainer:
-        if args.train_steps is not None and trainer.state.env_step >= args.train_steps:
-            break
-    best = trainer.state.best_test_return
-    print(
-        f"trained {args.algo} for {trainer.state.env_step} env steps "
-        f"(best test return {best:.1f}, stop: {trainer.stop_reason or 'train-steps'})"
-    )
-    description = f"{args.algo} trained {trainer.state.env_step} env steps (best {best:.1f})"
-    return trainer.policy, description, None
-
-
-def _collect(args: argparse.Namespace) -> int:
-    from epochtrain.dataset import record_dataset
-
-    try:
-        for name in ("steps", "num_envs", "train_steps"):
-            value = getattr(args, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-        if args.algo is None and (args.train_steps is not None or args.train_until is not None):
-            raise ValueError("--train-steps and --train-until need --algo")
-        if args.format == "minari":
-            from epochtrain.extras import require
-
-            require("minari", extra="minari")  # before any training or recording
-        policy, description, transform = _collect_policy(args)
-        out = Path(args.out)
-        if args.format == "minari":
-            out = Path(tempfile.mkdtemp(prefix="epochtrain-collect-")) / "dataset.buf"
-        info = record_dataset(
-            policy,
-            args.env,
-            args.steps,
-            out,
-            seed=args.seed,
-            num_envs=args.num_envs,
-            deterministic=args.deterministic,
-            policy_name=description,
-            obs_transform=transform,
-        )
-    except _USAGE_ERRORS as exc:
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
-        return 2
-    where = f"{info.path} (+ .json)"
-    if args.format == "minari":
-        from epochtrain.data.minari import write_minari
-
-        try:
-            where = str(
-                write_minari(
-                    info.path,
-                    args.out,
-                    args.env,
-                    algorithm_name=description,
-                    description=f"recorded by `epochtrain collect` from {description}",
-                )
-            )
-        except _USAGE_ERRORS as exc:
-            print(f"epochtrain: error: {exc}", file=sys.stderr)
-            return 2
-        finally:
-            shutil.rmtree(Path(info.path).parent, ignore_errors=True)
-    print(
-        f"Recorded {info.n_steps} env steps ({info.n_episodes} episodes, return "
-        f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {where}"
-    )
     return 0
 
 
@@ -477,10 +207,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from epochtrain.experiment.cli import run_compare, run_sweep
 
         return run_sweep(args) if args.command == "sweep" else run_compare(args)
-    if args.command == "collect":
-        return _collect(args)
-    if args.command == "eval":
-        return _eval(args)
+    if args.command in ("collect", "eval"):
+        from epochtrain.cli_policy import run_collect, run_eval
+
+        return run_collect(args) if args.command == "collect" else run_eval(args)
     parser.error(f"unknown command {args.command!r}")
 
 
