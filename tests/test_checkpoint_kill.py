@@ -22,7 +22,7 @@ WORKER = """
 import sys, time
 from pathlib import Path
 import torch
-import epochtrain.checkpoint as ck
+import epochtrain.checkpoint_save as ck
 from tests.trainer.tiny import build
 
 torch.set_num_threads(1)

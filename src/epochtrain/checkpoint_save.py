@@ -1,0 +1,337 @@
+"""Writing checkpoints: atomic save, the writer lock, and periodic saves with rotation.
+
+The format, its guarantee and loading are in :mod:`epochtrain.checkpoint` (and
+``docs/checkpointing.md``), which also re-exports every public name of this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import warnings
+import weakref
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import torch
+
+from epochtrain.checkpoint_files import (
+    OLD,
+    TMP,
+    CheckpointLock,
+    clean_leftovers,
+    deferred_signals,
+    is_complete,
+    leftover_name,
+    recover,
+    remove_dir,
+)
+from epochtrain.data.io import write_durably
+from epochtrain.errors import NonFiniteError
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.base import BaseTrainer
+
+__all__ = [
+    "CHECKPOINT_FORMAT_VERSION",
+    "MANIFEST",
+    "check_finite_weights",
+    "find_checkpoints",
+    "hold_checkpoint_dir",
+    "jsonable",
+    "save_checkpoint",
+    "save_periodic",
+]
+
+CHECKPOINT_FORMAT_VERSION = 1
+"""Version of the directory layout and manifest written by :func:`save_checkpoint`."""
+
+MANIFEST = "manifest.json"
+"""Name of the manifest file; a directory without it is not a (complete) checkpoint."""
+
+_FORMAT = "epochtrain-checkpoint"
+_PAYLOAD = ("policy.pt", "buffer.pt", "trainer.pt")
+_PERIODIC_PREFIX = "epoch_"
+
+
+def jsonable(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that JSON represents exactly (numbers, strings, bools,
+    ``None`` and lists or dicts of them); callables, loggers, buffers, ... are left out."""
+
+    def ok(value: Any) -> bool:
+        if value is None or isinstance(value, bool | int | str):
+            return True
+        if isinstance(value, float):
+            return math.isfinite(value)
+        if isinstance(value, list | tuple):
+            return all(ok(v) for v in value)
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and ok(v) for k, v in value.items())
+        return False
+
+    return {k: v for k, v in values.items() if ok(v)}
+
+
+def _versions() -> dict[str, str]:
+    import gymnasium
+    import numpy
+
+    try:
+        library = version("epochtrain")
+    except PackageNotFoundError:
+        library = "unknown"
+    return {
+        "epochtrain": library,
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_file(path: Path, obj: Any) -> dict[str, Any]:
+    write_durably(
+        path,
+        lambda f: torch.save(obj, f),
+        what="checkpoint file",
+        fix="free disk space (or raise the file-size limit) and save again; the previous "
+        "checkpoint is untouched",
+    )
+    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _manifest(trainer: BaseTrainer[Any], files: dict[str, Any]) -> dict[str, Any]:
+    test = trainer.last_test_stat
+    # every RunState counter, derived from the dataclass (non-finite floats as null)
+    counters = {
+        name: _finite_or_none(value) if isinstance(value, float) else value
+        for name, value in dataclasses.asdict(trainer.state).items()
+    }
+    return {
+        "format": _FORMAT,
+        "format_version": CHECKPOINT_FORMAT_VERSION,
+        "versions": _versions(),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(),
+        **counters,
+        "test_return": _finite_or_none(
+            test.returns_stat.mean if test and test.returns_stat else None
+        ),
+        "stop_reason": trainer.stop_reason,
+        "config": {
+            "trainer": type(trainer).__name__,
+            "policy": type(trainer.policy).__name__,
+            "params": trainer.params.to_dict(),
+            "algo_config": trainer.policy.config.to_dict(),
+        },
+        "spec": trainer.spec,
+        "settings": trainer.resume_settings(),
+        "files": files,
+    }
+
+
+def check_finite_weights(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> None:
+    """Raise :class:`NonFiniteError` if a floating tensor of the policy holds NaN or inf.
+
+    Run before every save (one reduction per tensor, once per checkpoint), so no
+    checkpoint is ever written from non-finite weights.
+    """
+    for name, tensor in trainer.policy.state_dict().items():
+        floating = isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
+        if floating and not bool(torch.isfinite(tensor).all()):
+            last = trainer.last_checkpoint
+            raise NonFiniteError(
+                f"refusing to write the checkpoint {os.fspath(path)!r}: the policy's "
+                f"tensor {name!r} holds NaN or inf (epoch {trainer.state.epoch}, gradient step "
+                f"{trainer.state.gradient_step}); the last good checkpoint is "
+                + (repr(os.fspath(last)) if last is not None else "none (none was saved)"),
+                where=f"policy tensor {name!r}",
+            )
+
+
+def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> Path:
+    """Write ``trainer``'s checkpoint directory at ``path`` atomically; returns ``path``.
+
+    An existing checkpoint at ``path`` is replaced only once the new one is complete: at
+    every moment ``path`` (or, after a kill between the two renames, its ``.old-*`` or
+    ``.tmp-*`` copy, which the next save or load puts back) holds a complete checkpoint.
+    Raises :class:`NonFiniteError` rather than save non-finite weights, and
+    :class:`CheckpointError` naming the file when a write fails (the disk is full).
+    Prefer ``trainer.save_checkpoint``.
+    """
+    path = Path(path)
+    check_finite_weights(trainer, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recover(path)
+    clean_leftovers(path.parent, name=path.name)
+    state = trainer.state_dict()
+    payload = {"policy.pt": state.pop("policy"), "buffer.pt": state.pop("buffer", None)}
+    payload["trainer.pt"] = state
+    tmp = path.parent / leftover_name(TMP, path.name)
+    remove_dir(tmp)
+    tmp.mkdir()
+    try:
+        files = {
+            name: _write_file(tmp / name, obj) for name, obj in payload.items() if obj is not None
+        }
+        manifest = json.dumps(_manifest(trainer, files), indent=2, default=repr)
+        write_durably(
+            tmp / MANIFEST,
+            lambda f: _write_text(f, manifest + "\n"),
+            what="checkpoint manifest",
+            fix="free disk space and save again; the previous checkpoint is untouched",
+        )
+        _fsync_dir(tmp)
+    except BaseException:
+        remove_dir(tmp)
+        raise
+    try:
+        _swap_into_place(tmp, path)
+    except BaseException:
+        if tmp.exists():  # the swap did not happen: the previous checkpoint is in place
+            remove_dir(tmp)
+        else:  # a Ctrl-C held during the swap, raised once the new checkpoint was in place
+            trainer.last_checkpoint = path
+        raise
+    trainer.last_checkpoint = path
+    return path
+
+
+def _write_text(f: BinaryIO, text: str) -> None:
+    f.write(text.encode("utf-8"))
+
+
+def _swap_into_place(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` to ``path``; an existing ``path`` is moved aside first, then deleted.
+
+    Ctrl-C and SIGTERM are held until the old one is gone; any error between the two
+    renames moves the old checkpoint back.
+    """
+    old = path.parent / leftover_name(OLD, path.name)
+    with deferred_signals():
+        moved = False
+        try:
+            if path.exists():
+                remove_dir(old)
+                os.replace(path, old)
+                moved = True
+            os.replace(tmp, path)
+        except BaseException:
+            if moved and not path.exists():
+                os.replace(old, path)
+            raise
+        _fsync_dir(path.parent)
+        if moved:
+            remove_dir(old)
+
+
+def find_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
+    """The complete periodic checkpoints in ``root``, oldest first.
+
+    Complete: an ``epoch_*`` directory whose manifest lists files that all exist with
+    their sizes (a torn directory left by a killed rotation is not one).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.name.startswith(_PERIODIC_PREFIX) and is_complete(p)]
+    return sorted(found, key=lambda p: p.name)
+
+
+def _test_return(ckpt: Path) -> float | None:
+    try:
+        value = json.loads((ckpt / MANIFEST).read_text(encoding="utf-8")).get("test_return")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def hold_checkpoint_dir(trainer: BaseTrainer[Any]) -> None:
+    """Take the writer lock of ``trainer.checkpoint_dir`` (idempotent; released when the
+    trainer is garbage-collected, the process exits or the run finishes)."""
+    root = trainer.checkpoint_dir
+    if root is None:
+        return
+    lock = trainer._checkpoint_lock
+    if lock is None or lock.root != root:
+        if lock is not None:
+            lock.release()
+        lock = CheckpointLock(root)
+        trainer._checkpoint_lock = lock
+        weakref.finalize(trainer, lock.release)
+    lock.acquire()
+
+
+def save_periodic(trainer: BaseTrainer[Any], root: Path) -> Path | None:
+    """Save ``root/epoch_<epoch>`` and rotate: keep the last ``trainer.params.keep_last`` and, with
+    ``trainer.params.keep_best``, the one of the best test return.
+
+    Holds ``root``'s writer lock; first puts back a checkpoint whose replacement was
+    killed and removes the leftovers of killed saves and rotations. A rotated-out
+    checkpoint is renamed out of ``epoch_*`` before it is deleted. Nothing is saved for
+    an epoch that ended the run on a non-finite value (``stop_reason == "nonfinite"``),
+    or, with ``on_nonfinite`` other than ``"raise"``, from non-finite weights (a warning
+    says so); with ``"raise"`` such weights raise :class:`NonFiniteError`.
+    """
+    hold_checkpoint_dir(trainer)
+    try:
+        return _save_and_rotate(trainer, root)
+    finally:
+        if trainer.finished and trainer._checkpoint_lock is not None:
+            trainer._checkpoint_lock.release()
+
+
+def _save_and_rotate(trainer: BaseTrainer[Any], root: Path) -> Path | None:
+    if trainer.stop_reason == "nonfinite":
+        return None
+    try:
+        check_finite_weights(trainer, root / f"{_PERIODIC_PREFIX}{trainer.state.epoch:06d}")
+    except NonFiniteError as exc:
+        if trainer.params.on_nonfinite == "raise":
+            raise
+        warnings.warn(str(exc), stacklevel=4)
+        return None
+    for entry in list(root.iterdir()):
+        for prefix in (TMP, OLD):
+            if entry.name.startswith(prefix):
+                recover(root / entry.name[len(prefix) :].rpartition("-")[0])
+    clean_leftovers(root, owned=True)
+    path = save_checkpoint(trainer, root / f"{_PERIODIC_PREFIX}{trainer.state.epoch:06d}")
+    found = find_checkpoints(root)
+    keep = set(found if trainer.params.keep_last is None else found[-trainer.params.keep_last :])
+    if trainer.params.keep_best:
+        returns = [(_test_return(p), p) for p in found]
+        scored = [(r, p) for r, p in returns if r is not None]
+        if scored:
+            best = max(r for r, _ in scored)
+            keep.add(next(p for r, p in scored if r == best))
+    for old in found:
+        if old not in keep:
+            remove_dir(old)
+    return path
