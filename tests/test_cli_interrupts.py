@@ -3,6 +3,7 @@ with, and SIGTERM raised where Ctrl-C would be."""
 
 from __future__ import annotations
 
+import errno
 import signal
 import threading
 
@@ -11,13 +12,15 @@ import pytest
 from epochtrain.cli_interrupts import (
     Terminated,
     exit_status,
+    failed_line,
     interrupted_line,
+    is_file_fault,
     sigterm_as_interrupt,
 )
-from epochtrain.errors import LAST_CHECKPOINT_NOTE
+from epochtrain.errors import LAST_CHECKPOINT_NOTE, CheckpointError, NonFiniteError
 
 
-def with_checkpoint(exc: KeyboardInterrupt, path: str) -> KeyboardInterrupt:
+def with_checkpoint(exc: BaseException, path: str) -> BaseException:
     exc.add_note(LAST_CHECKPOINT_NOTE + path)
     return exc
 
@@ -72,3 +75,37 @@ def test_outside_the_main_thread_the_block_runs_unchanged() -> None:
     thread.start()
     thread.join()
     assert seen == [signal.getsignal(signal.SIGTERM)]
+
+
+def test_a_write_fault_names_the_error_then_how_to_continue_like_an_interrupt() -> None:
+    full = CheckpointError("cannot write checkpoint file '/r/c/.tmp-x/policy.pt': No space")
+    exc = with_checkpoint(full, "/r/c/epoch_000002")
+    assert failed_line(exc, ["train", "--algo", "dqn"]) == (
+        f"epochtrain: error: {full}; last checkpoint /r/c/epoch_000002; resume with: "
+        "epochtrain train --algo dqn --resume /r/c"
+    )
+    refused = OSError(errno.ENOSPC, "No space left on device", "/exp/a/result.json")
+    assert failed_line(refused, ["sweep", "--out", "exp"]) == (
+        f"epochtrain: error: {refused}; finished runs and checkpoints are kept; continue "
+        "with the same command: epochtrain sweep --out exp"
+    )
+    assert failed_line(refused, ["train", "--algo", "dqn"]) == f"epochtrain: error: {refused}"
+
+
+@pytest.mark.parametrize(
+    ("exc", "one_line"),
+    [
+        (CheckpointError("cannot write ..."), True),
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), True),
+        (OSError(errno.EFBIG, "File too large"), True),
+        (OSError(errno.EROFS, "Read-only file system"), True),
+        (OSError(errno.ECONNRESET, "Connection reset by peer"), False),  # keeps its traceback
+        (NonFiniteError("loss is nan"), False),
+        (RuntimeError("a bug"), False),
+    ],
+)
+def test_only_checkpoint_errors_and_refused_writes_are_cut_to_one_line(
+    exc: BaseException, one_line: bool
+) -> None:
+    assert is_file_fault(exc) is one_line

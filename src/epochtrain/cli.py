@@ -182,16 +182,28 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (130 after Ctrl-C, 143 after SIGTERM:
-    :mod:`epochtrain.cli_interrupts`)."""
-    from epochtrain.cli_interrupts import exit_status, interrupted_line, sigterm_as_interrupt
+    """Run the command line; returns the exit status (130 after Ctrl-C, 143 after SIGTERM,
+    1 when a checkpoint or log cannot be written: :mod:`epochtrain.cli_interrupts`)."""
+    from epochtrain.cli_interrupts import (
+        exit_status,
+        failed_line,
+        interrupted_line,
+        is_file_fault,
+        sigterm_as_interrupt,
+    )
 
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
         with sigterm_as_interrupt():
             return _main(argv)
     except KeyboardInterrupt as exc:
-        print(interrupted_line(exc, list(sys.argv[1:] if argv is None else argv)), file=sys.stderr)
+        print(interrupted_line(exc, words), file=sys.stderr)
         return exit_status(exc)
+    except Exception as exc:
+        if not is_file_fault(exc):
+            raise
+        print(failed_line(exc, words), file=sys.stderr)
+        return 1
 
 
 def _main(argv: Sequence[str] | None) -> int:

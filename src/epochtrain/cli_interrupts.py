@@ -1,24 +1,39 @@
-"""How a command of the CLI ends when it is interrupted: Ctrl-C or SIGTERM, then one line.
+"""How a command of the CLI ends when it is interrupted or its disk fails: one line.
 
 SIGTERM (``kill PID``, a scheduler's stop or pre-emption) is handled as Ctrl-C is: the
 trainer goes back to its last complete epoch, the sweep's workers stop (see
 :mod:`epochtrain.experiment.processes`), and the command prints where to resume. The exit
 status is 128 plus the signal number, as a shell reports a process the signal killed:
 130 after Ctrl-C, 143 after SIGTERM.
+
+A checkpoint that cannot be written, or another write the machine refuses (a full disk
+or quota, a file-size limit, a read-only file system: :func:`is_file_fault`), ends the
+command with status 1 and the same kind of line: the error, then where to resume once the
+cause is fixed. A failed save never touches the earlier checkpoints.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import shlex
 import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from epochtrain.errors import Terminated, raise_terminated
+from epochtrain.errors import LAST_CHECKPOINT_NOTE, CheckpointError, Terminated, raise_terminated
 
-__all__ = ["Terminated", "exit_status", "interrupted_line", "sigterm_as_interrupt"]
+__all__ = [
+    "Terminated",
+    "exit_status",
+    "failed_line",
+    "interrupted_line",
+    "is_file_fault",
+    "sigterm_as_interrupt",
+]
+
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 @contextlib.contextmanager
@@ -40,6 +55,29 @@ def exit_status(exc: KeyboardInterrupt) -> int:
     return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
 
 
+def is_file_fault(exc: BaseException) -> bool:
+    """True for an error whose message says it all: a ``CheckpointError`` (it names the
+    file, the cause and the fix) or a write the machine refused (full disk or quota,
+    file-size limit, read-only file system: a log file, a sweep's ``result.json``)."""
+    if isinstance(exc, CheckpointError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS
+
+
+def _continue_with(exc: BaseException, argv: list[str]) -> str | None:
+    """What was kept and the command that continues from it, or None when nothing was."""
+    if argv[:1] == ["sweep"]:
+        command = shlex.join(["epochtrain", *argv])
+        return f"finished runs and checkpoints are kept; continue with the same command: {command}"
+    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(LAST_CHECKPOINT_NOTE)]
+    if argv[:1] != ["train"] or not notes:
+        return None
+    ckpt = notes[-1][len(LAST_CHECKPOINT_NOTE) :]
+    args = [a for i, a in enumerate(argv) if a != "--resume" and argv[i - 1 : i] != ["--resume"]]
+    command = shlex.join(["epochtrain", *args, "--resume", str(Path(ckpt).parent)])
+    return f"last checkpoint {ckpt}; resume with: {command}"
+
+
 def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
     """One line: what was kept and the command that continues from it.
 
@@ -48,21 +86,17 @@ def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
     directory of the last checkpoint the interrupt carries; the other commands keep
     nothing to continue from.
     """
-    from epochtrain.errors import LAST_CHECKPOINT_NOTE as prefix
-
     what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-    if argv[:1] == ["sweep"]:
-        command = shlex.join(["epochtrain", *argv])
-        return (
-            f"epochtrain: {what}; finished runs and checkpoints are kept; "
-            f"continue with the same command: {command}"
-        )
-    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(prefix)]
-    if argv[:1] != ["train"]:  # eval, collect, compare, config: nothing to resume
-        return f"epochtrain: {what}"
-    if not notes:
+    then = _continue_with(exc, argv)
+    if then is not None:
+        return f"epochtrain: {what}; {then}"
+    if argv[:1] == ["train"]:
         return f"epochtrain: {what} before any checkpoint was written; nothing to resume"
-    ckpt = notes[-1][len(prefix) :]
-    args = [a for i, a in enumerate(argv) if a != "--resume" and argv[i - 1 : i] != ["--resume"]]
-    command = shlex.join(["epochtrain", *args, "--resume", str(Path(ckpt).parent)])
-    return f"epochtrain: {what}; last checkpoint {ckpt}; resume with: {command}"
+    return f"epochtrain: {what}"  # eval, collect, compare, config: nothing to resume
+
+
+def failed_line(exc: BaseException, argv: list[str]) -> str:
+    """One line for a file fault (:func:`is_file_fault`): the error, then, as after an
+    interrupt, the command that continues once the cause is fixed."""
+    then = _continue_with(exc, argv)
+    return f"epochtrain: error: {exc}" + ("" if then is None else f"; {then}")

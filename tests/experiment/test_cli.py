@@ -114,3 +114,41 @@ def test_compare_refuses_an_empty_or_foreign_directory(
     assert run_compare(parse(["compare", str(tmp_path)])) == 2
     assert "is not an experiment directory" in capsys.readouterr().err
     assert run_compare(parse(["compare", str(tmp_path / "missing")])) == 2
+
+
+def test_a_result_that_cannot_be_written_ends_the_sweep_in_one_line_and_the_same_command_finishes(
+    tmp_path: Path,
+    experiment_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import errno
+
+    from epochtrain.cli import main
+    from epochtrain.experiment import runs
+
+    write_json = runs.write_json
+
+    def disk_full_at_results(path: Path, data: object) -> None:
+        if path.name == runs.RESULT_FILE:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        write_json(path, data)
+
+    argv = ["sweep", "--algo", "ppo", "--seeds", "0-1", "--out", str(tmp_path), "--no-progress"]
+    with monkeypatch.context() as patch:
+        patch.setattr(runs, "write_json", disk_full_at_results)
+        assert main([*argv, *FAST_FLAGS]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("epochtrain: error: [Errno 28] No space left on device: "), err
+    assert err[-1].endswith(
+        "; finished runs and checkpoints are kept; continue with the same command: "
+        f"epochtrain sweep --algo ppo --seeds 0-1 --out {tmp_path} --no-progress "
+        + " ".join(FAST_FLAGS)
+    ), err[-1]
+    assert not list(tmp_path.glob("*/result.json")) and list(tmp_path.glob("*/checkpoints/*"))
+
+    assert main([*argv, *FAST_FLAGS]) == 0  # space freed: the same command finishes
+    for run_id in ("ppo-CartPole-v1-s0", "ppo-CartPole-v1-s1"):
+        made = json.loads((tmp_path / run_id / "result.json").read_text())
+        same = json.loads((experiment_dir / run_id / "result.json").read_text())
+        assert made["test_returns"] == same["test_returns"]

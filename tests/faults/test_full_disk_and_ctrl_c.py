@@ -4,6 +4,7 @@ Ctrl-C leaves the trainer at its last complete epoch (Python) or exits 130 (CLI)
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -183,3 +184,47 @@ def test_ctrl_c_or_sigterm_in_epochtrain_train_exits_128_plus_the_signal_with_on
     # the progress bars closed first: the line is not glued to the last bar's
     assert lines[0].startswith(f"epochtrain: {word}; last checkpoint "), lines[0]
     assert "epoch_" in lines[0] and "--resume" in lines[0]
+
+
+def test_a_full_disk_ends_epochtrain_train_with_one_line_and_its_resume_command_works(
+    small_disk: Path,
+) -> None:
+    if os.statvfs(small_disk).f_blocks * os.statvfs(small_disk).f_frsize > 1 << 30:
+        pytest.skip("needs a small tmpfs to fill (mounting one needs root)")
+    logdir = small_disk / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epochtrain", "train", "--algo", "dqn", "--env", "CartPole-v1",
+         "--max-epoch", "50", "--stop-at", "1e9", "--logdir", str(logdir), "--no-progress",
+         "--set", "step_per_epoch=200", "--set", "episode_per_test=1", "--set", "num_test_envs=1"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not list(logdir.glob("*/checkpoints/epoch_000001")):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        fill(small_disk, leave=8 * 1024)  # the next save (or log write) cannot fit
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = err.decode()
+    assert proc.returncode == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("epochtrain: error: ") and "No space left on device" in last, last
+    kept, command = last.split("; last checkpoint ")[1].split("; resume with: ")
+    kept_epoch = read_manifest(kept)["epoch"]
+    assert kept_epoch >= 1
+    assert not list(logdir.glob("*/checkpoints/.tmp-*"))  # the failed save cleaned up
+
+    (small_disk / "filler").unlink()  # the user frees space and runs the printed command
+    args = shlex.split(command)[1:]
+    args[args.index("--max-epoch") + 1] = str(kept_epoch + 2)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "epochtrain", *args], cwd=ROOT, capture_output=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    epochs = [read_manifest(p)["epoch"] for p in find_checkpoints(Path(kept).parent)]
+    assert max(epochs) == kept_epoch + 2

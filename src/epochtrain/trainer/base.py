@@ -370,7 +370,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         return stats
 
     def _note_last_checkpoint(self, exc: BaseException) -> None:
-        """At an interrupt: close the progress bars, so that what is printed next starts on
+        """At an interrupt or error: close the progress bars, so that what is printed next starts on
         a line of its own, and add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the
         CLI prints it), once."""
         self._progress.close()
@@ -382,13 +382,14 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
     def run(self) -> InfoStats:
         """Iterate to the end of the run and return the final :class:`InfoStats`.
 
-        A Ctrl-C anywhere in the run (between epochs too: after a checkpoint was written
-        and before the next epoch starts) carries the last checkpoint's path as a note.
+        A Ctrl-C or an error anywhere in the run (between epochs too: after a checkpoint
+        was written and before the next epoch starts) carries the last checkpoint's path as
+        a note.
         """
         try:
             for _ in self:
                 pass
-        except KeyboardInterrupt as exc:
+        except BaseException as exc:
             self._note_last_checkpoint(exc)
             raise
         return self.info_stat()
