@@ -44,18 +44,14 @@ print(f"ray.init(num_cpus=2): {time.perf_counter() - start:.1f} s")
 ray.shutdown()
 PY
 "$PY" - <<'PY'
-import json
 from pathlib import Path
-def results(out):
-    found = {}
-    for p in sorted(out.glob("*/result.json")):
-        data = json.loads(p.read_text())
-        data.pop("wall_time")
-        found[p.parent.name] = data
-    return found
+from epochtrain.experiment import load_experiment
+def curves(out):  # each run's status and test curve: what a sweep computed, not its timing
+    runs = load_experiment(out).runs
+    return {r.run_id: (r.status, r.steps.tolist(), r.test_returns.tolist()) for r in runs}
 outs = sorted(p for p in Path(".").glob("out-*") if p.is_dir())
-first = results(outs[0])
+first = curves(outs[0])
 for out in outs:
-    same = results(out) == first
+    same = curves(out) == first
     print(out.name, "identical results" if same else "DIFFERENT results", len(first), "runs")
 PY
