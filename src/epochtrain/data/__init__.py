@@ -4,7 +4,8 @@ from epochtrain.data.batch import EXTRA_FIELDS, ActResult, Batch, Obs, obs_map
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Actor, Collector
 from epochtrain.data.minari import load_minari_buffer, write_minari
-from epochtrain.data.prioritized import PrioritizedReplayBuffer, SumTree
+from epochtrain.data.prioritized import PrioritizedReplayBuffer
+from epochtrain.data.sum_tree import SumTree
 
 __all__ = [
     "EXTRA_FIELDS",

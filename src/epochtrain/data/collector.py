@@ -15,7 +15,8 @@ Per-step Python work is O(1) in the number of envs except at episode ends.
 Faults: every step's observations and rewards are checked for NaN and inf with one
 vectorised reduction each (a ``NonFiniteError`` names the sub-env); an exception in the
 env's ``step()`` or ``reset()`` closes the env (no worker process is left behind) and is
-re-raised as an ``EnvError`` naming the sub-env and the env id.
+re-raised as an ``EnvError`` naming the sub-env and the env id (see
+:mod:`epochtrain.data.env_faults`).
 
 An optional ``obs_transform(obs, update)`` (set by ``ObservationNormalizer``) maps every
 observation the env returns before the policy or the buffer sees it; ``update`` is True
@@ -23,15 +24,14 @@ for new observations and False for the final observations of finished episodes.
 
 ``state_dict(include_env=True)`` also snapshots the vector env (sub-envs, their RNGs and
 in-flight episodes) when it pickles, as a ``SyncVectorEnv`` of classic-control envs does;
-an ``AsyncVectorEnv`` does not, and resuming restarts its episodes with a seeded reset.
+an ``AsyncVectorEnv`` does not, and resuming restarts its episodes with a seeded reset
+(see :mod:`epochtrain.data.env_snapshots`).
 """
 
 from __future__ import annotations
 
 import math
-import pickle
 import time
-import types
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
@@ -42,8 +42,9 @@ from gymnasium.vector import AutoresetMode
 
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
-from epochtrain.data.io import safe_unpickle
-from epochtrain.errors import EnvError, NonFiniteError
+from epochtrain.data.env_faults import check_finite, env_label, failed_sub_env, terminate_workers
+from epochtrain.data.env_snapshots import env_levels, env_snapshot, restore_env, unpickle_env
+from epochtrain.errors import EnvError
 from epochtrain.stats import CollectStats
 
 __all__ = ["Actor", "Collector", "ObsTransform"]
@@ -146,7 +147,7 @@ class Collector:
             obs, _ = self.env.reset(seed=seed)
         except Exception as exc:
             self._env_failed(exc, "reset", 0)
-        _check_finite(self.env, obs, None, 0)
+        check_finite(self.env, obs, None, 0)
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, True)
         self._obs = _copy(obs) if self._copy_obs else obs
@@ -222,7 +223,7 @@ class Collector:
                 if (float_obs and not math.isfinite(obs_next.sum())) or not math.isfinite(
                     rew.sum()
                 ):
-                    _check_finite(env, obs_next, rew, steps)
+                    check_finite(env, obs_next, rew, steps)
                 rows += 1
                 if transform is not None:
                     obs_next = transform(obs_next, True)
@@ -283,13 +284,13 @@ class Collector:
         try:
             self.env.close()
         except Exception:  # a broken env may fail to close cleanly: force its workers out
-            _terminate_workers(self.env)
+            terminate_workers(self.env)
         self._obs = None
 
     def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
         """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env."""
-        sub_env = _failed_sub_env(self.env, exc)
-        env_id = _env_id(self.env, sub_env)
+        sub_env = failed_sub_env(self.env, exc)
+        env_id = env_label(self.env, sub_env)
         self.close()
         which = "a sub-env" if sub_env is None else f"sub-env {sub_env}"
         raise EnvError(
@@ -315,8 +316,8 @@ class Collector:
                 )
         snapshot = state.get("env")
         if snapshot is not None:
-            saved = _unpickle_env(self.env, snapshot)
-            if not isinstance(saved, list) or len(saved) != len(_env_levels(self.env)):
+            saved = unpickle_env(self.env, snapshot)
+            if not isinstance(saved, list) or len(saved) != len(env_levels(self.env)):
                 raise ValueError(
                     "the saved env has another number of vector wrapper levels than this "
                     "env: build the envs as the checkpointed run did"
@@ -365,136 +366,3 @@ def _transformed_rows(final: np.ndarray, done: np.ndarray, transform: ObsTransfo
     for j, i in enumerate(done.tolist()):
         out[i] = rows[j]
     return out
-
-
-def _env_levels(env: Any) -> list[Any]:
-    levels = [env]
-    while isinstance(levels[-1], gym.vector.VectorWrapper):
-        levels.append(levels[-1].env)
-    return levels
-
-
-_NOT_STATE = ("env", "env_fns")  # links between wrapper levels, and env constructors
-
-
-def env_snapshot(env: gym.vector.VectorEnv[Any, Any, Any]) -> bytes | None:
-    """Pickled attributes of ``env`` and of the vector envs it wraps; ``None`` if they do
-    not pickle (``AsyncVectorEnv``: worker processes and pipes).
-
-    The env constructors (``env_fns``) are left out: they are how the env was built, not
-    its state, and ``gymnasium.make_vec``'s are local functions that do not pickle.
-    """
-    levels = [
-        {k: v for k, v in vars(level).items() if k not in _NOT_STATE} for level in _env_levels(env)
-    ]
-    try:
-        return pickle.dumps(levels)
-    except Exception:  # any pickling failure (TypeError, PicklingError, ...): no snapshot
-        return None
-
-
-def restore_env(env: gym.vector.VectorEnv[Any, Any, Any], snapshot: bytes) -> None:
-    """Put the state of :func:`env_snapshot` back into ``env`` (built the same way)."""
-    levels = _env_levels(env)
-    saved: list[dict[str, Any]] = _unpickle_env(env, snapshot)
-    if len(saved) != len(levels):
-        raise ValueError(
-            f"the saved env has {len(saved)} vector wrapper levels, this env has {len(levels)}: "
-            "build the envs as the checkpointed run did"
-        )
-    for level, attrs in zip(levels, saved, strict=True):
-        for sub_env in getattr(level, "envs", None) or []:
-            sub_env.close()  # replaced by the saved sub-envs below
-        vars(level).update(attrs)
-
-
-def _unpickle_env(env: gym.vector.VectorEnv[Any, Any, Any], snapshot: bytes) -> Any:
-    """An env snapshot, unpickled resolving only classes the live ``env`` is built from
-    (and gymnasium's, numpy's, epochtrain's): a crafted snapshot cannot run code."""
-    modules = set()
-    for level in _env_levels(env):
-        modules.add(type(level).__module__)
-        for sub_env in getattr(level, "envs", None) or []:
-            while True:
-                modules.add(type(sub_env).__module__)
-                if not hasattr(sub_env, "env"):
-                    break
-                sub_env = sub_env.env
-    return safe_unpickle(snapshot, allowed_modules=modules, what="the checkpoint's env snapshot")
-
-
-def _check_finite(env: Any, obs: Any, rew: np.ndarray | None, steps: int) -> None:
-    """Raise ``NonFiniteError`` naming the first sub-env whose obs or reward is NaN or inf
-    (run only when the cheap per-step reduction was not finite)."""
-    leaves = [obs] if not isinstance(obs, dict) else _float_leaves(obs)
-    n = len(rew) if rew is not None else len(leaves[0])
-    bad_obs = np.zeros(n, dtype=bool)
-    for leaf in leaves:
-        if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
-            bad_obs |= ~np.isfinite(leaf.reshape(n, -1)).all(axis=1)
-    bad_rew = np.zeros(n, dtype=bool) if rew is None else ~np.isfinite(rew)
-    bad = np.flatnonzero(bad_obs | bad_rew)
-    if len(bad) == 0:
-        return  # the sum overflowed on large finite values
-    i = int(bad[0])
-    what = "observation" if bad_obs[i] else "reward"
-    if bad_obs[i]:
-        value = obs if isinstance(obs, dict) else obs[i]
-    else:
-        value = rew[i] if rew is not None else None
-    env_id = _env_id(env, i)
-    raise NonFiniteError(
-        f"the {what} of sub-env {i} of {env_id!r} is not finite ({what} {value!r}) after "
-        f"{steps} env steps of this collect step; check the env (or wrap it, e.g. "
-        "gymnasium.wrappers.ClipReward / a NaN guard)",
-        where=f"{what} of sub-env {i} of {env_id!r}",
-        env_step=steps,
-    )
-
-
-def _float_leaves(obs: dict[str, Any]) -> list[np.ndarray]:
-    out: list[np.ndarray] = []
-    for value in obs.values():
-        out += _float_leaves(value) if isinstance(value, dict) else [value]
-    return out
-
-
-def _env_id(env: Any, sub_env: int | None) -> str:
-    """The gymnasium id of ``env`` (of its sub-env ``sub_env`` if the vector env has none)."""
-    for level in _env_levels(env):
-        spec_id = getattr(getattr(level, "spec", None), "id", None)
-        if spec_id:
-            return str(spec_id)
-        subs = getattr(level, "envs", None)
-        if subs and sub_env is not None and 0 <= sub_env < len(subs):
-            spec_id = getattr(getattr(subs[sub_env], "spec", None), "id", None)
-            if spec_id:
-                return str(spec_id)
-            return type(subs[sub_env].unwrapped).__name__
-    return type(env.unwrapped).__name__
-
-
-def _failed_sub_env(env: Any, exc: BaseException) -> int | None:
-    """Which sub-env raised ``exc``: the loop index of ``SyncVectorEnv``'s frame, or the
-    worker whose pipe ``AsyncVectorEnv`` shut down."""
-    base = env.unwrapped
-    if isinstance(base, gym.vector.SyncVectorEnv):
-        tb: types.TracebackType | None = exc.__traceback__
-        while tb is not None:
-            frame = tb.tb_frame
-            if frame.f_locals.get("self") is base and isinstance(frame.f_locals.get("i"), int):
-                return int(frame.f_locals["i"])
-            tb = tb.tb_next
-    pipes = getattr(base, "parent_pipes", None)
-    if pipes is not None:
-        failed = [i for i, pipe in enumerate(pipes) if pipe is None]
-        if failed:
-            return failed[0]
-    return None
-
-
-def _terminate_workers(env: Any) -> None:
-    for process in getattr(env.unwrapped, "processes", None) or []:
-        if process.is_alive():
-            process.terminate()
-        process.join(timeout=5)
