@@ -15,6 +15,7 @@ from epochtrain.data import Batch
 from epochtrain.logger import BaseLogger, Scope
 from epochtrain.stats import CollectStats, EpochStats, TrainingStats
 from epochtrain.trainer import HOOK_POINTS, BaseTrainer, TrainerHook
+from epochtrain.trainer.progress import progress_postfix
 from tests.trainer.tiny import build
 
 ARGS: dict[str, tuple[type, ...]] = {
@@ -160,7 +161,7 @@ def test_logging_points_write_at_their_scope_step_and_feed_the_progress_bar() ->
     assert all(data == {"train/rows": 5.0} for _, data in train)
     update = [(step, data) for scope, step, data in logger.records if "update/twice" in data]
     assert [step for step, _ in update] == list(range(1, trainer.state.gradient_step + 1))
-    assert "twice" in trainer._progress_postfix()
+    assert "twice" in progress_postfix(trainer)
     assert "log_pbar" not in str(logger.records)
 
 

@@ -25,7 +25,6 @@ on entry to ``next()`` and out on exit, so zipped trainers do not disturb each o
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
@@ -50,7 +49,7 @@ from epochtrain.closing import Closing
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
-from epochtrain.errors import LAST_CHECKPOINT_NOTE, NonFiniteError
+from epochtrain.errors import NonFiniteError
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
     CollectStats,
@@ -62,10 +61,11 @@ from epochtrain.stats import (
     TTrainingStats,
     aggregate_training_stats,
 )
+from epochtrain.trainer.checks import check_arguments, check_env_spaces
 from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
-from epochtrain.trainer.params import TrainerParams, check_hooks, check_objects
-from epochtrain.trainer.progress import RunProgress
-from epochtrain.trainer.safety import EpochSnapshot, on_nonfinite
+from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settings_of
+from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix
+from epochtrain.trainer.safety import EpochSnapshot, note_last_checkpoint, on_nonfinite
 from epochtrain.trainer.state import (
     check_trainer_state,
     load_logger_state,
@@ -79,12 +79,6 @@ __all__ = ["BaseTrainer", "StopFn"]
 
 StopFn = Callable[[float], bool]
 """``stop_fn(best_test_return) -> bool``: True stops training after this epoch."""
-
-_TRAINER_OF_KIND: dict[str, str] = {
-    "onpolicy": "OnpolicyTrainer",
-    "offpolicy": "OffpolicyTrainer",
-    "offline": "OfflineTrainer",
-}
 
 
 class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
@@ -126,15 +120,12 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         stop_fn: StopFn | None = None,
         save_best_fn: Callable[[Policy[TTrainingStats]], None] | None = None,
     ) -> None:
-        name = type(self).__name__
         if params is None:
             params = self.params_cls()
-        if not isinstance(params, self.params_cls):
-            raise TypeError(
-                f"{name} needs params={self.params_cls.__name__}(...), got {type(params).__name__}"
-            )
-        check_objects(
+        hook_list = check_arguments(
+            type(self),
             policy=policy,
+            params=params,
             test_collector=test_collector,
             callbacks={
                 "train_fn": train_fn,
@@ -142,25 +133,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
                 "stop_fn": stop_fn,
                 "save_best_fn": save_best_fn,
             },
-            params=params,
             logger=logger,
+            hooks=hooks,
         )
-        if self.kind not in policy.trainer_kinds:
-            raise TypeError(
-                f"{name} cannot train {type(policy).__name__}: it is a {self.kind} trainer and "
-                f"{type(policy).__name__} learns under {sorted(policy.trainer_kinds)} trainers; "
-                f"use {_TRAINER_OF_KIND[sorted(policy.trainer_kinds)[0]]}"
-            )
-        hook_list = check_hooks(hooks)
-        if params.resume_from is not None and not Path(params.resume_from).exists():
-            raise FileNotFoundError(
-                f"params.resume_from={params.resume_from!r} does not exist: pass a checkpoint "
-                "directory (or the checkpoint_dir holding them)"
-            )
-        if params.checkpoint_dir is not None and Path(params.checkpoint_dir).is_file():
-            raise ValueError(
-                f"params.checkpoint_dir must be a directory, got the file {params.checkpoint_dir!r}"
-            )
         self.params = params
         self.policy = policy
         self.test_collector = test_collector
@@ -198,18 +173,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
 
     def _check_spaces(self) -> None:
         """The policy's spaces must be the envs' (and the dataset's; subclasses add that)."""
-        for label, collector in self._collectors():
-            envs = collector.env
-            for kind, own, theirs in (
-                ("observation", self.policy.observation_space, envs.single_observation_space),
-                ("action", self.policy.action_space, envs.single_action_space),
-            ):
-                if own != theirs:
-                    raise ValueError(
-                        f"the policy's {kind} space {own} is not the {kind} space {theirs} of "
-                        f"{label}'s envs: build the policy from those envs' spaces "
-                        f"(envs.single_{kind}_space)"
-                    )
+        check_env_spaces(self.policy, self._collectors())
 
     def _collectors(self) -> list[tuple[str, Collector]]:
         return [] if self.test_collector is None else [("test_collector", self.test_collector)]
@@ -218,25 +182,13 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         """What a checkpoint must agree with to be resumed into this trainer: the
         :class:`~epochtrain.spec.RunSpec` this trainer was built from, or else its params,
         the policy's config, the buffer kind and the env id (``docs/checkpointing.md``)."""
-        if self.spec is not None:
-            return dict(self.spec)
-        envs = [collector.env for _, collector in self._collectors()]
-        env_spec = getattr(envs[0], "spec", None) if envs else None
-        return {
-            "trainer": self.params.to_dict(),
-            "config": self.policy.config.to_dict(),
-            "buffer": {"kind": self._buffer_kind()},
-            "env_id": None if env_spec is None else env_spec.id,
-        }
+        return settings_of(self)
 
     def setting_defaults(self) -> dict[str, Any]:
         """The declared defaults of the ``trainer`` and ``config`` settings of
         :meth:`resume_settings`: a checkpoint written before a setting existed resumes
         while the setting is at its default."""
-        return {
-            "trainer": _field_defaults(type(self.params)),
-            "config": _field_defaults(type(self.policy.config)),
-        }
+        return setting_defaults_of(self)
 
     def _buffer_kind(self) -> str | None:
         return None
@@ -347,37 +299,23 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
                 stats.info_stat.total_time = self.state.total_time
                 self._ops.call("epoch_end", stats)
         except KeyboardInterrupt as exc:
-            snapshot.restore(self)  # back to the last complete epoch
-            exc.add_note(
-                f"epochtrain: the trainer is back at the end of epoch {self.state.epoch}; "
-                "trainer.save_checkpoint(path) saves it"
-            )
-            self._note_last_checkpoint(exc)
+            snapshot.roll_back(self, exc)  # back to the last complete epoch
             raise
         finally:
             self._in_next = False
         self.logger.log_info_data(stats.info_stat, self.state.epoch)
         self.logger.flush()  # an epoch's curves reach disk even if the user never closes
-        self._report(stats)
+        if self.params.verbose:
+            tqdm.write(epoch_line(stats, self.state))
         if self.checkpoint_dir is not None and (
             self._finished or self.state.epoch % self.params.checkpoint_every == 0
         ):
             try:
                 save_periodic(self, self.checkpoint_dir)
             except KeyboardInterrupt as exc:  # the save cleaned up; the epoch is complete
-                self._note_last_checkpoint(exc)
+                note_last_checkpoint(self, exc)
                 raise
         return stats
-
-    def _note_last_checkpoint(self, exc: BaseException) -> None:
-        """At an interrupt or error: close the progress bars, so that what is printed next starts on
-        a line of its own, and add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the
-        CLI prints it), once."""
-        self._progress.close()
-        if any(n.startswith(LAST_CHECKPOINT_NOTE) for n in getattr(exc, "__notes__", [])):
-            return
-        if self.last_checkpoint is not None:
-            exc.add_note(LAST_CHECKPOINT_NOTE + os.fspath(self.last_checkpoint))
 
     def run(self) -> InfoStats:
         """Iterate to the end of the run and return the final :class:`InfoStats`.
@@ -390,7 +328,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             for _ in self:
                 pass
         except BaseException as exc:
-            self._note_last_checkpoint(exc)
+            note_last_checkpoint(self, exc)
             raise
         return self.info_stat()
 
@@ -426,7 +364,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         while progress < p.step_per_epoch and not self._finished:
             done = self._training_step()
             progress += done
-            self._progress.advance(done, self._progress_postfix())
+            self._progress.advance(done, progress_postfix(self))
         test_stat = self._tested_this_epoch
         if test_stat is None and self.test_collector is not None:
             test_stat = self._test_step()
@@ -434,7 +372,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             self._finish("stop_fn")
         if not self._finished and self.state.epoch >= self.params.max_epoch:
             self._finish("max_epoch")
-        self._progress.end_epoch(self._progress_postfix(), finished=self._finished)
+        self._progress.end_epoch(progress_postfix(self), finished=self._finished)
         training_stat = aggregate_training_stats(self._epoch_steps, self._epoch_update_time)
         if training_stat is not None:
             training_stat.smoothed_loss = self._smoothed()
@@ -584,7 +522,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         """
         self._complete_init()
         self.check_state_dict(state)
-        with restore_on_error(self, self._restorable()):
+        with restore_on_error(self):
             self._load_parts(state)
         load_logger_state(self, state)
 
@@ -595,11 +533,6 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
     def _load_parts(self, state: Mapping[str, Any]) -> None:
         """Restore everything but the logger (subclasses add their collector and buffer)."""
         load_trainer_state(self, state)
-
-    def _restorable(self) -> list[object]:
-        """Objects whose attributes :func:`restore_on_error` saves besides the trainer's."""
-        collectors = [collector for _, collector in self._collectors()]
-        return [*collectors, *(c.buffer for c in collectors if c.buffer is not None)]
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint directory at ``path`` atomically; returns its path.
@@ -626,36 +559,3 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
     def info_stat(self) -> InfoStats:
         """Totals and timings of the run so far."""
         return InfoStats.of(self.state)
-
-    def _progress_postfix(self) -> dict[str, str]:
-        post = {"env_step": str(self.state.env_step)}
-        for key, value in self._smoothed().items():
-            if key.startswith("loss"):
-                post[key] = f"{value:.3g}"
-        if self.last_test_stat is not None and self.last_test_stat.returns_stat is not None:
-            post["test_return"] = f"{self.last_test_stat.returns_stat.mean:.1f}"
-        post.update(self._hook_postfix)
-        return post
-
-    def _report(self, stats: EpochStats[TTrainingStats]) -> None:
-        if not self.params.verbose:
-            return
-        state = self.state
-        line = f"Epoch #{stats.epoch}: env_step={state.env_step} grad_step={state.gradient_step}"
-        test = stats.test_collect_stat
-        if test is not None and test.returns_stat is not None:
-            line += (
-                f" test_return={test.returns_stat.mean:.2f} ± {test.returns_stat.std:.2f}"
-                f" best={self.state.best_test_return:.2f} (epoch {self.state.best_epoch})"
-            )
-        line += f" time={self.state.total_time:.1f}s"
-        tqdm.write(line)
-
-
-def _field_defaults(cls: type) -> dict[str, Any]:
-    """``{field: default}`` of a dataclass's fields that declare a plain default."""
-    return {
-        f.name: list(f.default) if isinstance(f.default, tuple) else f.default
-        for f in dataclasses.fields(cls)
-        if f.default is not dataclasses.MISSING
-    }

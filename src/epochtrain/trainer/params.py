@@ -6,20 +6,26 @@
 ``step_per_epoch`` counts env steps online and gradient steps offline.
 
 The objects a trainer works on (policy, collectors, logger, hooks, callbacks) are not data;
-they are the trainer constructor's other keyword arguments, checked by :func:`check_objects`.
+they are the trainer constructor's other keyword arguments, checked with the params by
+:func:`~epochtrain.trainer.checks.check_arguments` before any work starts.
+
+A checkpoint stores the settings of the run that wrote it (:func:`settings_of`); a resume
+compares them with the resuming trainer's (:func:`compare_settings`), a setting the
+checkpoint predates counting as unchanged while it is at its default
+(:func:`setting_defaults_of`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from epochtrain.algorithms.base import Policy
 from epochtrain.config import Config, param
-from epochtrain.data.collector import Collector
-from epochtrain.logger import BaseLogger
-from epochtrain.trainer.hooks import TrainerHook
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.base import BaseTrainer
 
 __all__ = [
     "SAFE_TO_CHANGE",
@@ -29,9 +35,9 @@ __all__ = [
     "OnpolicyParams",
     "SettingsMismatchError",
     "TrainerParams",
-    "check_hooks",
-    "check_objects",
     "compare_settings",
+    "setting_defaults_of",
+    "settings_of",
 ]
 
 NonFinitePolicy = Literal["raise", "stop", "skip"]
@@ -167,6 +173,39 @@ class SettingsMismatchError(ValueError):
     """A checkpoint's run settings differ from those of the trainer it is loaded into."""
 
 
+def settings_of(trainer: BaseTrainer[Any]) -> dict[str, Any]:
+    """``trainer``'s :meth:`~BaseTrainer.resume_settings`: its spec, or else its params, the
+    policy's config, the buffer kind and the env id."""
+    if trainer.spec is not None:
+        return dict(trainer.spec)
+    envs = [collector.env for _, collector in trainer._collectors()]
+    env_spec = getattr(envs[0], "spec", None) if envs else None
+    return {
+        "trainer": trainer.params.to_dict(),
+        "config": trainer.policy.config.to_dict(),
+        "buffer": {"kind": trainer._buffer_kind()},
+        "env_id": None if env_spec is None else env_spec.id,
+    }
+
+
+def setting_defaults_of(trainer: BaseTrainer[Any]) -> dict[str, Any]:
+    """``trainer``'s :meth:`~BaseTrainer.setting_defaults`: the declared defaults of its
+    params and of its policy's config."""
+    return {
+        "trainer": _field_defaults(type(trainer.params)),
+        "config": _field_defaults(type(trainer.policy.config)),
+    }
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    """``{field: default}`` of a dataclass's fields that declare a plain default."""
+    return {
+        f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING
+    }
+
+
 def compare_settings(
     own: Mapping[str, Any], saved: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
 ) -> list[str]:
@@ -206,58 +245,3 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
     return out
-
-
-def check_objects(
-    *,
-    policy: object,
-    test_collector: object,
-    callbacks: Mapping[str, object],
-    params: TrainerParams,
-    logger: object,
-) -> None:
-    """Check the objects every trainer takes (see :class:`BaseTrainer`)."""
-    if not isinstance(policy, Policy):
-        raise TypeError(f"policy must be an epochtrain Policy, got {type(policy).__name__}")
-    for name, fn in callbacks.items():
-        if fn is not None and not callable(fn):
-            raise ValueError(f"{name} must be callable or None, got {fn!r}")
-    if test_collector is not None and not isinstance(test_collector, Collector):
-        raise TypeError(
-            f"test_collector must be a Collector or None, got {type(test_collector).__name__}"
-        )
-    if test_collector is None:
-        needs_test: dict[str, object] = {
-            "stop_fn": callbacks.get("stop_fn"),
-            "save_best_fn": callbacks.get("save_best_fn"),
-            "params.test_in_train": params.test_in_train or None,
-            "params.test_before_train": params.test_before_train or None,
-        }
-        for name, value in needs_test.items():
-            if value is not None:
-                raise ValueError(
-                    f"{name} is set but test_collector is None: {name} needs test "
-                    "returns; pass test_collector=Collector(policy, test_envs, "
-                    "exploration=False)"
-                )
-    if test_collector is not None and test_collector.exploration:
-        raise ValueError(
-            "test_collector has exploration=True; tests must be deterministic: build it "
-            "with Collector(policy, test_envs, exploration=False)"
-        )
-    if logger is not None and not isinstance(logger, BaseLogger):
-        raise TypeError(f"logger must be a BaseLogger or None, got {type(logger).__name__}")
-
-
-def check_hooks(hooks: object) -> list[TrainerHook]:
-    """``hooks`` as a list; each must be a :class:`TrainerHook`."""
-    if hooks is None:
-        return []
-    if not isinstance(hooks, Sequence) or isinstance(hooks, str):
-        raise TypeError(f"hooks must be a list of TrainerHook objects, got {hooks!r}")
-    for i, hook in enumerate(hooks):
-        if not isinstance(hook, TrainerHook):
-            raise TypeError(
-                f"hooks[{i}] must be a TrainerHook (see epochtrain.trainer.hooks), got {hook!r}"
-            )
-    return list(hooks)

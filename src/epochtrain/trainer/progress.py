@@ -1,4 +1,4 @@
-"""Progress bars of one trainer: the whole run over epochs, and the current epoch's steps.
+"""Progress display of one trainer: the run and epoch bars, their postfix, the verbose epoch line.
 
 Each trainer keeps its two bars open from its first epoch to the end of its run, so tqdm
 gives them their own lines (``position``: the first free ones when they open) and
@@ -7,15 +7,22 @@ notebook each bar is its own widget. The run bar counts epochs from where the ru
 stands, so a run resumed at epoch 5 of 10 shows ``5/10`` and its ETA is the rest of the
 whole run, estimated from the epochs this process has run. The epoch bar is reset each
 epoch (``step_per_epoch`` units) and cleared when the run ends; the run bar stays.
+
+Beside the count both bars show :func:`progress_postfix`; with ``verbose`` the trainer also
+prints :func:`epoch_line` after each epoch.
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tqdm.auto import tqdm
 
-__all__ = ["RunProgress"]
+if TYPE_CHECKING:
+    from epochtrain.stats import EpochStats, RunState
+    from epochtrain.trainer.base import BaseTrainer
+
+__all__ = ["RunProgress", "epoch_line", "progress_postfix"]
 
 
 class RunProgress:
@@ -67,3 +74,29 @@ class RunProgress:
         if self.run_bar is not None:
             self.run_bar.close()
         self.run_bar = self.epoch_bar = None
+
+
+def progress_postfix(trainer: BaseTrainer[Any]) -> dict[str, str]:
+    """What the bars show beside the count: env steps, the smoothed losses, the last test
+    return and the values hooks log with ``log_pbar``."""
+    post = {"env_step": str(trainer.state.env_step)}
+    for key, value in trainer._smoothed().items():
+        if key.startswith("loss"):
+            post[key] = f"{value:.3g}"
+    if trainer.last_test_stat is not None and trainer.last_test_stat.returns_stat is not None:
+        post["test_return"] = f"{trainer.last_test_stat.returns_stat.mean:.1f}"
+    post.update(trainer._hook_postfix)
+    return post
+
+
+def epoch_line(stats: EpochStats[Any], state: RunState) -> str:
+    """The line ``verbose`` prints after an epoch: steps, test return, best, time."""
+    line = f"Epoch #{stats.epoch}: env_step={state.env_step} grad_step={state.gradient_step}"
+    test = stats.test_collect_stat
+    if test is not None and test.returns_stat is not None:
+        line += (
+            f" test_return={test.returns_stat.mean:.2f} ± {test.returns_stat.std:.2f}"
+            f" best={state.best_test_return:.2f} (epoch {state.best_epoch})"
+        )
+    line += f" time={state.total_time:.1f}s"
+    return line

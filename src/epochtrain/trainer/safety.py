@@ -8,8 +8,10 @@
 * :func:`with_run_context` re-raises an :class:`~epochtrain.errors.EnvError` with the
   absolute env step and the epoch.
 * :class:`EpochSnapshot` is taken when an epoch starts; ``KeyboardInterrupt`` inside the
-  epoch rolls the trainer back to it, so the trainer is at the end of its last complete
-  epoch and ``save_checkpoint`` saves that.
+  epoch rolls the trainer back to it (:meth:`EpochSnapshot.roll_back`), so the trainer is
+  at the end of its last complete epoch and ``save_checkpoint`` saves that.
+* :func:`note_last_checkpoint` adds the last checkpoint's path to an interrupt or error
+  that leaves the run (the CLI prints it).
 """
 
 from __future__ import annotations
@@ -22,12 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from epochtrain.data.buffer import BufferMark, ReplayBuffer
 from epochtrain.data.collector import Collector
-from epochtrain.errors import EnvError, NonFiniteError
+from epochtrain.errors import LAST_CHECKPOINT_NOTE, EnvError, NonFiniteError
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
 
-__all__ = ["EpochSnapshot", "last_checkpoint_text", "on_nonfinite", "with_run_context"]
+__all__ = [
+    "EpochSnapshot",
+    "last_checkpoint_text",
+    "note_last_checkpoint",
+    "on_nonfinite",
+    "with_run_context",
+]
 
 
 def last_checkpoint_text(trainer: BaseTrainer[Any]) -> str:
@@ -49,6 +57,17 @@ def on_nonfinite(trainer: BaseTrainer[Any], exc: NonFiniteError, step: str) -> N
         raise NonFiniteError(message, where=exc.where) from exc
     trainer.nonfinite_message = message
     trainer.request_stop("nonfinite")
+
+
+def note_last_checkpoint(trainer: BaseTrainer[Any], exc: BaseException) -> None:
+    """At an interrupt or error: close the progress bars, so that what is printed next starts on
+    a line of its own, and add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the
+    CLI prints it), once."""
+    trainer._progress.close()
+    if any(n.startswith(LAST_CHECKPOINT_NOTE) for n in getattr(exc, "__notes__", [])):
+        return
+    if trainer.last_checkpoint is not None:
+        exc.add_note(LAST_CHECKPOINT_NOTE + os.fspath(trainer.last_checkpoint))
 
 
 def with_run_context(trainer: BaseTrainer[Any], exc: EnvError, env_step: int) -> EnvError:
@@ -114,3 +133,13 @@ class EpochSnapshot:
         for collector, state in self.collectors:
             collector.load_state_dict(state, restart_seed=restart_seed)
         trainer.logger.load_state_dict(self.logger)
+
+    def roll_back(self, trainer: BaseTrainer[Any], exc: KeyboardInterrupt) -> None:
+        """Ctrl-C inside the epoch: :meth:`restore` ``trainer`` (back to the last complete
+        epoch) and say so, and where the last checkpoint is, in ``exc``'s notes."""
+        self.restore(trainer)
+        exc.add_note(
+            f"epochtrain: the trainer is back at the end of epoch {trainer.state.epoch}; "
+            "trainer.save_checkpoint(path) saves it"
+        )
+        note_last_checkpoint(trainer, exc)

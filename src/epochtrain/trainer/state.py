@@ -18,7 +18,7 @@ import dataclasses
 import random
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -173,15 +173,17 @@ def check_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> 
 
 
 @contextmanager
-def restore_on_error(trainer: BaseTrainer[Any], parts: Iterable[object]) -> Iterator[None]:
+def restore_on_error(trainer: BaseTrainer[Any]) -> Iterator[None]:
     """Put ``trainer`` back as it was if the block raises.
 
     Saved: the policy (a copy of its state), every hook's state, the trainer's own
-    attributes, and the attributes of ``parts`` (buffers and collectors, whose
+    attributes, and the attributes of its collectors and their buffers (whose
     ``load_state_dict`` replaces their attributes rather than writing into them).
     """
     policy = copy.deepcopy(trainer.policy.state_dict())
     hooks = [copy.deepcopy(hook.state_dict()) for hook in trainer.hooks]
+    collectors = [collector for _, collector in trainer._collectors()]
+    parts = [*collectors, *(c.buffer for c in collectors if c.buffer is not None)]
     objects = [trainer, *parts]
     attrs = [dict(vars(obj)) for obj in objects]
     try:

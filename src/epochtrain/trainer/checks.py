@@ -1,0 +1,147 @@
+"""Build-time checks of a trainer's constructor arguments, run before any work starts.
+
+:func:`check_arguments` checks everything :class:`~epochtrain.trainer.base.BaseTrainer`
+takes: the params against the trainer's params class, the objects (:func:`check_objects`),
+the policy's kind against the trainer's, the hooks (:func:`check_hooks`) and the checkpoint
+paths. :func:`check_env_spaces` checks the policy's spaces against the envs' once the
+trainer holds its collectors. Each error names the argument, its value and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from epochtrain.algorithms.base import Policy
+from epochtrain.data.collector import Collector
+from epochtrain.logger import BaseLogger
+from epochtrain.trainer.hooks import TrainerHook
+from epochtrain.trainer.params import TrainerParams
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.base import BaseTrainer
+
+__all__ = ["check_arguments", "check_env_spaces", "check_hooks", "check_objects"]
+
+_TRAINER_OF_KIND: dict[str, str] = {
+    "onpolicy": "OnpolicyTrainer",
+    "offpolicy": "OffpolicyTrainer",
+    "offline": "OfflineTrainer",
+}
+
+
+def check_arguments(
+    trainer_cls: type[BaseTrainer[Any]],
+    *,
+    policy: Policy[Any],
+    params: TrainerParams,
+    test_collector: object,
+    callbacks: Mapping[str, object],
+    logger: object,
+    hooks: object,
+) -> list[TrainerHook]:
+    """Check a trainer's constructor arguments (see :class:`BaseTrainer`): the params, the
+    objects, the policy's kind against the trainer's, the hooks and the checkpoint paths.
+    Returns ``hooks`` as a list."""
+    name = trainer_cls.__name__
+    if not isinstance(params, trainer_cls.params_cls):
+        raise TypeError(
+            f"{name} needs params={trainer_cls.params_cls.__name__}(...), got "
+            f"{type(params).__name__}"
+        )
+    check_objects(
+        policy=policy,
+        test_collector=test_collector,
+        callbacks=callbacks,
+        params=params,
+        logger=logger,
+    )
+    if trainer_cls.kind not in policy.trainer_kinds:
+        raise TypeError(
+            f"{name} cannot train {type(policy).__name__}: it is a {trainer_cls.kind} trainer "
+            f"and {type(policy).__name__} learns under {sorted(policy.trainer_kinds)} "
+            f"trainers; use {_TRAINER_OF_KIND[sorted(policy.trainer_kinds)[0]]}"
+        )
+    hook_list = check_hooks(hooks)
+    if params.resume_from is not None and not Path(params.resume_from).exists():
+        raise FileNotFoundError(
+            f"params.resume_from={params.resume_from!r} does not exist: pass a checkpoint "
+            "directory (or the checkpoint_dir holding them)"
+        )
+    if params.checkpoint_dir is not None and Path(params.checkpoint_dir).is_file():
+        raise ValueError(
+            f"params.checkpoint_dir must be a directory, got the file {params.checkpoint_dir!r}"
+        )
+    return hook_list
+
+
+def check_objects(
+    *,
+    policy: object,
+    test_collector: object,
+    callbacks: Mapping[str, object],
+    params: TrainerParams,
+    logger: object,
+) -> None:
+    """Check the objects every trainer takes (see :class:`BaseTrainer`)."""
+    if not isinstance(policy, Policy):
+        raise TypeError(f"policy must be an epochtrain Policy, got {type(policy).__name__}")
+    for name, fn in callbacks.items():
+        if fn is not None and not callable(fn):
+            raise ValueError(f"{name} must be callable or None, got {fn!r}")
+    if test_collector is not None and not isinstance(test_collector, Collector):
+        raise TypeError(
+            f"test_collector must be a Collector or None, got {type(test_collector).__name__}"
+        )
+    if test_collector is None:
+        needs_test: dict[str, object] = {
+            "stop_fn": callbacks.get("stop_fn"),
+            "save_best_fn": callbacks.get("save_best_fn"),
+            "params.test_in_train": params.test_in_train or None,
+            "params.test_before_train": params.test_before_train or None,
+        }
+        for name, value in needs_test.items():
+            if value is not None:
+                raise ValueError(
+                    f"{name} is set but test_collector is None: {name} needs test "
+                    "returns; pass test_collector=Collector(policy, test_envs, "
+                    "exploration=False)"
+                )
+    if test_collector is not None and test_collector.exploration:
+        raise ValueError(
+            "test_collector has exploration=True; tests must be deterministic: build it "
+            "with Collector(policy, test_envs, exploration=False)"
+        )
+    if logger is not None and not isinstance(logger, BaseLogger):
+        raise TypeError(f"logger must be a BaseLogger or None, got {type(logger).__name__}")
+
+
+def check_hooks(hooks: object) -> list[TrainerHook]:
+    """``hooks`` as a list; each must be a :class:`TrainerHook`."""
+    if hooks is None:
+        return []
+    if not isinstance(hooks, Sequence) or isinstance(hooks, str):
+        raise TypeError(f"hooks must be a list of TrainerHook objects, got {hooks!r}")
+    for i, hook in enumerate(hooks):
+        if not isinstance(hook, TrainerHook):
+            raise TypeError(
+                f"hooks[{i}] must be a TrainerHook (see epochtrain.trainer.hooks), got {hook!r}"
+            )
+    return list(hooks)
+
+
+def check_env_spaces(policy: Policy[Any], collectors: Iterable[tuple[str, Collector]]) -> None:
+    """The policy's spaces must be the spaces of each ``(label, collector)``'s envs."""
+    for label, collector in collectors:
+        envs = collector.env
+        for kind, own, theirs in (
+            ("observation", policy.observation_space, envs.single_observation_space),
+            ("action", policy.action_space, envs.single_action_space),
+        ):
+            if own != theirs:
+                raise ValueError(
+                    f"the policy's {kind} space {own} is not the {kind} space {theirs} of "
+                    f"{label}'s envs: build the policy from those envs' spaces "
+                    f"(envs.single_{kind}_space)"
+                )
