@@ -143,6 +143,7 @@ def test_a_trial_killed_more_often_than_max_failures_is_failed_and_a_rerun_finis
     assert results(tmp_path / "ray") == results(tmp_path / "lockstep")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["kill -9", "ctrl-c", "sigterm"])
 def test_a_sweep_rerun_after_its_driver_was_killed_continues_from_the_checkpoints(
     tmp_path: Path, how: str
