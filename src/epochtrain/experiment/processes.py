@@ -54,10 +54,12 @@ def run_processes(
 ) -> None:
     """Run each of ``run_dirs`` to its end in a pool of ``workers`` spawned processes.
 
-    A worker that dies (the OOM killer, ``kill -9``) breaks the pool, and the pool ends
-    every run in it: each run that had begun counts a failure (the pool cannot tell whose
-    worker died; when none had, as when a worker cannot start, every run counts one), and
-    every run not ended starts again from its latest checkpoint in a new pool; a run past
+    A worker that dies (the OOM killer, ``kill -9``) breaks the pool, and the pool stops
+    the other workers as SIGTERM would, so their runs go back to their last complete
+    epochs and say so. The run the dead worker had begun counts a failure; the runs
+    stopped by the pool do not (when no run can be blamed, as when a worker cannot start or
+    died between runs, each run that had begun counts one, or every run when none had).
+    Every run not ended starts again from its latest checkpoint in a new pool; a run past
     ``max_failures`` failures is recorded as failed with the pool's error.
     """
     failures: dict[Path, int] = {}
@@ -79,6 +81,7 @@ def _run_pool(
     stop = ctx.Event()
     pids: set[int] = set()
     begun: set[Path] = set()
+    stopped: set[Path] = set()  # runs a live worker stopped when the pool broke
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=ctx,
@@ -93,7 +96,7 @@ def _run_pool(
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            _drain(events, progress, pids, begun)
+            _drain(events, progress, pids, begun, stopped)
             for future in done:
                 run_dir = futures[future]
                 try:
@@ -109,9 +112,10 @@ def _run_pool(
         _stop(pool, stop, futures, events, pids)
         raise
     pool.shutdown(wait=True)
-    _drain(events, progress, pids, begun)
+    _drain(events, progress, pids, begun, stopped)
     events.close()
-    blamed = begun or set(broken)  # nothing began: the pool itself failed, all count
+    # the dead worker's run is the one that began and neither ended nor was stopped
+    blamed = (begun & set(broken)) - stopped or begun or set(broken)
     again = []
     for run_dir, pool_error in broken.items():
         if is_finished(run_dir):  # it ended just before the pool broke
@@ -159,7 +163,11 @@ def _stop(
 
 
 def _drain(
-    events: Any, progress: Progress | None, pids: set[int], begun: set[Path] | None = None
+    events: Any,
+    progress: Progress | None,
+    pids: set[int],
+    begun: set[Path] | None = None,
+    stopped: set[Path] | None = None,
 ) -> None:
     while True:
         try:
@@ -171,6 +179,9 @@ def _drain(
         elif kind == "begin":
             if begun is not None:
                 begun.add(Path(name))
+        elif kind == "stopped":
+            if stopped is not None:
+                stopped.add(Path(name))
         elif progress is None:
             continue
         elif kind == "start":
@@ -188,6 +199,9 @@ class _Worker:
     parent_pid: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     running: bool = False
+    stopped: bool = False
+    """A run of this worker was interrupted: by the stop event, or by the SIGTERM with which
+    a broken pool stops its workers; either way, no further run may start here."""
 
     def parent_gone(self) -> bool:
         return os.getppid() != self.parent_pid
@@ -224,7 +238,7 @@ def _run_in_worker(run_dir_name: str) -> str:
     worker = _worker
     assert worker is not None, "_init_worker runs first in every pool process"
     with worker.lock:
-        if worker.stop.is_set() or worker.parent_gone():
+        if worker.stopped or worker.stop.is_set() or worker.parent_gone():
             return "interrupted"
         worker.running = True
     worker.events.put((run_dir_name, "begin", 0))  # a failure counts from here
@@ -238,7 +252,9 @@ def _run_in_worker(run_dir_name: str) -> str:
             worker.events.put((run_dir_name, "epoch", trainer.state.epoch))
         finished_result(run_dir, trainer, time.perf_counter() - start)
         return "finished"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # told to stop, or stopped by a pool another worker broke
+        worker.stopped = True
+        worker.events.put((run_dir_name, "stopped", 0))
         return "interrupted"
     except Exception as exc:
         failed_result(run_dir, spec_of(run_dir), exc)
