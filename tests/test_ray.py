@@ -320,7 +320,8 @@ def test_an_unreachable_address_is_one_line_naming_ray_start(
 def test_ray_not_installed_is_one_line_naming_the_extra(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in [m for m in sys.modules if m == "ray" or m.startswith(("ray.", "epochtrain.ray"))]:
+    ours = ("epochtrain.ray", "epochtrain.experiment.ray_backend")
+    for name in [m for m in sys.modules if m == "ray" or m.startswith(("ray.", *ours))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[ray\]'"):

@@ -49,6 +49,15 @@ def fill(disk: Path, leave: int) -> None:
         f.write(b"\0" * max(0, free - leave))
 
 
+def wait_for(proc: subprocess.Popen[bytes], root: Path, pattern: str) -> None:
+    """Until ``root`` holds a path matching ``pattern``; fails if ``proc`` ends first."""
+    deadline = time.monotonic() + 300
+    while not list(root.glob(pattern)):
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert time.monotonic() < deadline, f"no {pattern} in {root} within 300 s"
+        time.sleep(0.01)
+
+
 def test_a_full_disk_fails_the_save_naming_the_file_and_keeps_the_previous_checkpoint(
     small_disk: Path,
 ) -> None:
@@ -167,11 +176,7 @@ def test_ctrl_c_or_sigterm_in_epochtrain_train_exits_128_plus_the_signal_with_on
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 300
-        while not list(tmp_path.glob("**/epoch_*/manifest.json")):
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_for(proc, tmp_path, "**/epoch_*/manifest.json")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)  # generous: CI machines may be loaded
     finally:
@@ -199,11 +204,7 @@ def test_a_full_disk_ends_epochtrain_train_with_one_line_and_its_resume_command_
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 300
-        while not list(logdir.glob("*/checkpoints/epoch_000001")):
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(proc, logdir, "*/checkpoints/epoch_000001")
         fill(small_disk, leave=8 * 1024)  # the next save (or log write) cannot fit
         _, err = proc.communicate(timeout=300)
     finally:

@@ -6,7 +6,7 @@ Backends, which write the same run directories and the same numbers for the same
   in turn (the ``zip`` usage of the iterator), each owning its random streams;
 - ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each
   (:mod:`epochtrain.experiment.processes`);
-- ``"ray"``: one Ray Tune trial per run (:func:`epochtrain.ray.run_trials`, extra
+- ``"ray"``: one Ray Tune trial per run (:func:`epochtrain.experiment.ray_backend.run_trials`, extra
   ``epochtrain[ray]``), on a local Ray or the cluster at ``address``; a trial whose worker
   dies is restored from its last checkpoint (``max_failures`` times; with ``"processes"``
   a run whose worker died starts again from its last checkpoint as often).
@@ -133,7 +133,9 @@ def run_experiment(
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
     if backend == "ray":
-        from epochtrain.ray import run_trials  # without ray: the error naming the extra, first
+        from epochtrain.experiment.ray_backend import (
+            run_trials,  # without ray: the error naming the extra, first
+        )
     root = Path(out_dir)
     run_dirs = prepare_runs(specs, root)
     pending = [d for d in run_dirs if not is_finished(d)]
