@@ -173,7 +173,7 @@ def test_past_max_failures_the_runs_of_a_dead_worker_fail_and_the_others_finish(
     out = tmp_path / "exp"
     proc, workers = start_sweep(out, "--max-failures", "0")
     os.kill(min(workers), signal.SIGKILL)
-    out_text, _ = proc.communicate(timeout=600)
+    out_text, err_text = proc.communicate(timeout=600)
     assert proc.returncode == 1  # some runs failed
     found = results(out)
     failed = {k for k, v in found.items() if v["status"] == "failed"}
@@ -186,6 +186,8 @@ def test_past_max_failures_the_runs_of_a_dead_worker_fail_and_the_others_finish(
         k: v for k, v in reference.items() if k not in failed
     }  # the others ran in a new pool, to the end
     assert f"{len(found) - len(failed)}/{len(found)} runs finished" in out_text.decode()
+    last = err_text.decode().strip().splitlines()[-1]
+    assert last.startswith("once fixed, run the same command again: finished runs are kept")
     assert_the_same_command_finishes_it(out, reference)  # a failed run resumes too
 
 

@@ -144,6 +144,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(f"{len(wanted) - len(failed)}/{len(wanted)} runs finished in {args.out}")
     for run in failed:
         print(f"  {run.run_id}: {run.status}: {run.error}", file=sys.stderr)
+    if failed:
+        print(
+            "once fixed, run the same command again: finished runs are kept and the others "
+            "continue from their latest checkpoints",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
