@@ -23,7 +23,7 @@ demo: setup
 	$(BIN)/python examples/demo_ppo_cartpole.py
 
 test: setup
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q --durations=15 tests
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal -q --durations=15 tests
 
 lint: setup
 	$(BIN)/ruff check src tests examples benchmarks
