@@ -10,90 +10,33 @@ few microseconds), and sampled batches are moved to ``device``.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from epochtrain.data.batch import EXTRA_FIELDS, Batch, Obs
-from epochtrain.data.io import safe_torch_load, write_durably
+from epochtrain.data.batch import EXTRA_FIELDS, Batch
+from epochtrain.data.buffer_storage import (
+    BUFFER_FORMAT_VERSION,
+    ObsArray,
+    alloc,
+    alloc_obs,
+    check_n_step,
+    check_state,
+    flat_views,
+    gather,
+    numpy_views,
+    obs_index,
+    read_state_file,
+    write_obs,
+    write_state_file,
+)
 from epochtrain.data.n_step import NStepTable, RingView, refresh
 from epochtrain.errors import CheckpointError
 
-__all__ = ["BUFFER_FORMAT_VERSION", "BufferMark", "ReplayBuffer"]
-
-BUFFER_FORMAT_VERSION = 1
-"""Version of the on-disk format written by :meth:`ReplayBuffer.save`."""
-
-ObsArray = np.ndarray | dict[str, Any]
-_FIXED = ("act", "rew", "terminated", "truncated", "valid")
-
-
-def _alloc(example: np.ndarray, rows: int, num_envs: int) -> Tensor:
-    arr = np.asarray(example)
-    dtype = arr.dtype
-    if dtype == np.float64:
-        dtype = np.dtype(np.float32)
-    return torch.zeros(
-        (rows, num_envs, *arr.shape[1:]), dtype=torch.from_numpy(arr[:0].astype(dtype)).dtype
-    )
-
-
-def _alloc_obs(example: ObsArray, rows: int, num_envs: int) -> Obs:
-    if isinstance(example, dict):
-        return {k: _alloc_obs(v, rows, num_envs) for k, v in example.items()}
-    return _alloc(example, rows, num_envs)
-
-
-def _numpy_views(obs: Obs) -> Any:
-    if isinstance(obs, Tensor):
-        return obs.numpy()
-    return {k: _numpy_views(v) for k, v in obs.items()}
-
-
-def _flat_views(view: Any) -> Any:
-    """``[rows, envs, ...]`` numpy views reshaped (still views) to ``[rows * envs, ...]``."""
-    if isinstance(view, dict):
-        return {k: _flat_views(v) for k, v in view.items()}
-    return view.reshape(-1, *view.shape[2:])
-
-
-def _gather(view: Any, index: np.ndarray) -> Obs:
-    """Rows ``index`` of a flat numpy view (or a dict of them) as new tensors."""
-    if isinstance(view, dict):
-        return {k: _gather(v, index) for k, v in view.items()}
-    return torch.from_numpy(view[index])
-
-
-def _write_obs(view: Any, t: int, value: ObsArray) -> None:
-    if isinstance(view, dict):
-        assert isinstance(value, dict)
-        for k, v in view.items():
-            _write_obs(v, t, value[k])
-    else:
-        view[t] = value
-
-
-def _check_n_step(n_step: int) -> None:
-    if not isinstance(n_step, int) or n_step < 1:
-        raise ValueError(f"n_step must be a positive int, got {n_step!r}")
-
-
-def _first_shape(obs: Obs) -> tuple[int, ...]:
-    while not isinstance(obs, Tensor):
-        obs = next(iter(obs.values()))
-    return tuple(obs.shape[:2])
-
-
-def _obs_index(obs: Obs, fn: Any) -> Obs:
-    if isinstance(obs, Tensor):
-        result: Tensor = fn(obs)
-        return result
-    return {k: _obs_index(v, fn) for k, v in obs.items()}
+__all__ = ["BUFFER_FORMAT_VERSION", "BufferMark", "ObsArray", "ReplayBuffer"]
 
 
 class ReplayBuffer:
@@ -156,8 +99,8 @@ class ReplayBuffer:
             v["obs"][t] = obs
             v["obs_next"][t] = obs_next
         else:
-            _write_obs(v["obs"], t, obs)
-            _write_obs(v["obs_next"], t, obs_next)
+            write_obs(v["obs"], t, obs)
+            write_obs(v["obs_next"], t, obs_next)
         v["act"][t] = act
         v["rew"][t] = rew
         v["terminated"][t] = terminated
@@ -191,22 +134,22 @@ class ReplayBuffer:
         if act_arr.dtype == np.float64:
             act_arr = act_arr.astype(np.float32)
         storage: dict[str, Any] = {
-            "obs": _alloc_obs(obs, rows, n),
-            "obs_next": _alloc_obs(obs, rows, n),
-            "act": _alloc(act_arr, rows, n),
+            "obs": alloc_obs(obs, rows, n),
+            "obs_next": alloc_obs(obs, rows, n),
+            "act": alloc(act_arr, rows, n),
             "rew": torch.zeros((rows, n), dtype=torch.float32),
             "terminated": torch.zeros((rows, n), dtype=torch.bool),
             "truncated": torch.zeros((rows, n), dtype=torch.bool),
             "valid": torch.zeros((rows, n), dtype=torch.bool),
         }
         for k, value in extras.items():
-            storage[k] = _alloc(np.asarray(value), rows, n)
+            storage[k] = alloc(np.asarray(value), rows, n)
         self._set_storage(storage)
 
     def _set_storage(self, storage: dict[str, Any]) -> None:
         self._storage = storage
-        self._views = {k: _numpy_views(v) for k, v in storage.items()}
-        self._flat = {k: _flat_views(v) for k, v in self._views.items()}
+        self._views = {k: numpy_views(v) for k, v in storage.items()}
+        self._flat = {k: flat_views(v) for k, v in self._views.items()}
         self._flat_obs = isinstance(storage["obs"], Tensor)
 
     def clear(self) -> None:
@@ -238,12 +181,12 @@ class ReplayBuffer:
         s = self._storage
         extras = {k: fn(v) for k, v in s.items() if k in EXTRA_FIELDS}
         batch = Batch(
-            obs=_obs_index(s["obs"], fn),
+            obs=obs_index(s["obs"], fn),
             act=fn(s["act"]),
             rew=fn(s["rew"]),
             terminated=fn(s["terminated"]),
             truncated=fn(s["truncated"]),
-            obs_next=_obs_index(s["obs_next"], fn),
+            obs_next=obs_index(s["obs_next"], fn),
             **extras,
         )
         # storage lives in CPU memory: only another device needs a copy
@@ -265,7 +208,7 @@ class ReplayBuffer:
         sampled (the :meth:`sample` of every subclass checks through here)."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        _check_n_step(n_step)
+        check_n_step(n_step)
         if self.n_valid == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer: collect data first")
 
@@ -286,7 +229,7 @@ class ReplayBuffer:
         """The transitions at flat indices ``time * num_envs + env`` (kept in ``index``),
         as ``n_step``-step transitions with discount ``gamma`` when ``n_step > 1``
         (:meth:`n_step_batch`, each field gathered once)."""
-        _check_n_step(n_step)
+        check_n_step(n_step)
         return self._get(flat_index, n_step, gamma, with_valid=True)
 
     def _get(self, flat_index: Tensor, n_step: int, gamma: float, *, with_valid: bool) -> Batch:
@@ -303,12 +246,12 @@ class ReplayBuffer:
                 "rew": torch.from_numpy(f["rew"][i]),
                 "terminated": torch.from_numpy(f["terminated"][i]),
                 "truncated": torch.from_numpy(f["truncated"][i]),
-                "obs_next": _gather(f["obs_next"], i),
+                "obs_next": gather(f["obs_next"], i),
             }
         else:
             step = self._n_step_fields(i, n_step, gamma)
         batch = Batch(
-            obs=_gather(f["obs"], i),
+            obs=gather(f["obs"], i),
             act=torch.from_numpy(f["act"][i]),
             index=flat_index,
             **step,
@@ -333,7 +276,7 @@ class ReplayBuffer:
         fills the whole table once. The table takes 16 bytes per transition of capacity and
         is never saved: a loaded buffer fills it anew.
         """
-        _check_n_step(n_step)
+        check_n_step(n_step)
         if batch.index is None:
             raise ValueError("batch.index is None: pass a batch from sample() or get()")
         result = replace(batch, **self._n_step_fields(batch.index.cpu().numpy(), n_step, gamma))
@@ -350,7 +293,7 @@ class ReplayBuffer:
             "rew": torch.from_numpy(table.ret[index]),
             "terminated": torch.from_numpy(f["terminated"][last]),
             "truncated": torch.from_numpy(f["truncated"][last]),
-            "obs_next": _gather(f["obs_next"], last),
+            "obs_next": gather(f["obs_next"], last),
             "discount": torch.from_numpy(table.discount[index]),
         }
 
@@ -392,7 +335,7 @@ class ReplayBuffer:
         if self._storage is not None:
             size = self._size
             storage = {
-                k: _obs_index(v, lambda t: t[:size].clone()) for k, v in self._storage.items()
+                k: obs_index(v, lambda t: t[:size].clone()) for k, v in self._storage.items()
             }
         return {
             "format_version": BUFFER_FORMAT_VERSION,
@@ -417,45 +360,8 @@ class ReplayBuffer:
         """Raise ``ValueError`` naming the entry unless :meth:`load_state_dict` can restore
         ``state`` into this buffer (capacity, num_envs, counters, field shapes); changes
         nothing."""
-        if not isinstance(state, dict):
-            raise ValueError(f"the buffer state is a {type(state).__name__}, not a dict")
-        missing = [
-            k for k in ("capacity", "num_envs", "cursor", "size", "storage") if k not in state
-        ]
-        if missing:
-            raise ValueError(f"the buffer state lacks the entries {missing}")
-        if state["capacity"] != self.capacity or state["num_envs"] != self.num_envs:
-            raise ValueError(
-                f"buffer state has capacity={state['capacity']}, num_envs={state['num_envs']}; "
-                f"this buffer has capacity={self.capacity}, num_envs={self.num_envs}: build "
-                "the buffer as the saved one was"
-            )
-        for key in ("cursor", "size"):
-            value = state[key]
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.rows:
-                raise ValueError(f"buffer state {key}={value!r} is not in [0, {self.rows}]")
-        storage = state["storage"]
-        if storage is None:
-            return
-        if not isinstance(storage, dict) or not set(_FIXED) <= set(storage):
-            raise ValueError(f"the buffer state's storage lacks fields of {list(_FIXED)}")
-        size = state["size"]
-        bad = [
-            k
-            for k, v in storage.items()
-            if _first_shape(v)[1:] != (self.num_envs,)
-            or _first_shape(v)[0] not in (size, self.rows)
-        ]
-        if bad:
-            raise ValueError(
-                f"buffer state fields {sorted(bad)} are not shaped ({size} or {self.rows}, "
-                f"{self.num_envs}, ...)"
-            )
-        if self._storage is not None and set(storage) != set(self._storage):
-            raise ValueError(
-                f"the buffer state holds the fields {sorted(storage)}, this buffer "
-                f"{sorted(self._storage)}: it was filled by another algorithm"
-            )
+        fields = None if self._storage is None else set(self._storage)
+        check_state(state, capacity=self.capacity, num_envs=self.num_envs, fields=fields)
 
     def _load_state(self, state: dict[str, Any], *, copy: bool) -> None:
         storage = state["storage"]
@@ -470,7 +376,7 @@ class ReplayBuffer:
                 full[: t.shape[0]] = t
                 return full
 
-            storage = {k: _obs_index(v, own) for k, v in storage.items()}
+            storage = {k: obs_index(v, own) for k, v in storage.items()}
         self._layout += 1
         self._cursor = int(state["cursor"])
         self._size = int(state["size"])
@@ -523,22 +429,7 @@ class ReplayBuffer:
         A failed write (full disk) raises ``CheckpointError`` naming the file; an existing
         file at ``path`` is then untouched.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-        os.close(fd)
-        state = self.state_dict()
-        write_durably(
-            Path(tmp),
-            lambda f: torch.save(state, f),
-            what="buffer file",
-            fix=f"free disk space and save again; {os.fspath(path)!r} is untouched",
-        )
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_state_file(self.state_dict(), path)
 
     @classmethod
     def load(
@@ -548,15 +439,7 @@ class ReplayBuffer:
 
         Raises ``FileNotFoundError`` or ``CheckpointError`` naming the path.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"buffer file {str(path)!r} does not exist")
-        state = safe_torch_load(path, "buffer file")
-        if not isinstance(state, dict) or state.get("format_version") != BUFFER_FORMAT_VERSION:
-            raise CheckpointError(
-                f"buffer file {str(path)!r} is not an epochtrain buffer of format "
-                f"version {BUFFER_FORMAT_VERSION}"
-            )
+        state = read_state_file(path)
         try:
             buf = cls(state["capacity"], state["num_envs"], device=device)
             buf.check_state_dict(state)

@@ -1,0 +1,190 @@
+"""How a :class:`~epochtrain.data.buffer.ReplayBuffer` keeps its fields, and its file.
+
+Each field is a ``[rows, num_envs, ...]`` tensor in CPU memory (a nested dict of them for
+dict observations), written and gathered through numpy views. A buffer's state (from
+``state_dict``) is checked here before anything of it is loaded, and written to or read
+from a buffer file atomically, as checkpoints are.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from epochtrain.data.batch import Obs
+from epochtrain.data.io import safe_torch_load, write_durably
+from epochtrain.errors import CheckpointError
+
+__all__ = [
+    "BUFFER_FORMAT_VERSION",
+    "FIXED_FIELDS",
+    "ObsArray",
+    "alloc",
+    "alloc_obs",
+    "check_n_step",
+    "check_state",
+    "first_shape",
+    "flat_views",
+    "gather",
+    "numpy_views",
+    "obs_index",
+    "read_state_file",
+    "write_obs",
+    "write_state_file",
+]
+
+BUFFER_FORMAT_VERSION = 1
+"""Version of the on-disk format written by :meth:`ReplayBuffer.save`."""
+
+ObsArray = np.ndarray | dict[str, Any]
+FIXED_FIELDS = ("act", "rew", "terminated", "truncated", "valid")
+"""The fields every buffer state holds, beside ``obs``, ``obs_next`` and the extras."""
+
+
+def alloc(example: np.ndarray, rows: int, num_envs: int) -> Tensor:
+    arr = np.asarray(example)
+    dtype = arr.dtype
+    if dtype == np.float64:
+        dtype = np.dtype(np.float32)
+    return torch.zeros(
+        (rows, num_envs, *arr.shape[1:]), dtype=torch.from_numpy(arr[:0].astype(dtype)).dtype
+    )
+
+
+def alloc_obs(example: ObsArray, rows: int, num_envs: int) -> Obs:
+    if isinstance(example, dict):
+        return {k: alloc_obs(v, rows, num_envs) for k, v in example.items()}
+    return alloc(example, rows, num_envs)
+
+
+def numpy_views(obs: Obs) -> Any:
+    if isinstance(obs, Tensor):
+        return obs.numpy()
+    return {k: numpy_views(v) for k, v in obs.items()}
+
+
+def flat_views(view: Any) -> Any:
+    """``[rows, envs, ...]`` numpy views reshaped (still views) to ``[rows * envs, ...]``."""
+    if isinstance(view, dict):
+        return {k: flat_views(v) for k, v in view.items()}
+    return view.reshape(-1, *view.shape[2:])
+
+
+def gather(view: Any, index: np.ndarray) -> Obs:
+    """Rows ``index`` of a flat numpy view (or a dict of them) as new tensors."""
+    if isinstance(view, dict):
+        return {k: gather(v, index) for k, v in view.items()}
+    return torch.from_numpy(view[index])
+
+
+def write_obs(view: Any, t: int, value: ObsArray) -> None:
+    if isinstance(view, dict):
+        assert isinstance(value, dict)
+        for k, v in view.items():
+            write_obs(v, t, value[k])
+    else:
+        view[t] = value
+
+
+def check_n_step(n_step: int) -> None:
+    if not isinstance(n_step, int) or n_step < 1:
+        raise ValueError(f"n_step must be a positive int, got {n_step!r}")
+
+
+def first_shape(obs: Obs) -> tuple[int, ...]:
+    while not isinstance(obs, Tensor):
+        obs = next(iter(obs.values()))
+    return tuple(obs.shape[:2])
+
+
+def obs_index(obs: Obs, fn: Any) -> Obs:
+    if isinstance(obs, Tensor):
+        result: Tensor = fn(obs)
+        return result
+    return {k: obs_index(v, fn) for k, v in obs.items()}
+
+
+def check_state(state: Any, *, capacity: int, num_envs: int, fields: set[str] | None) -> None:
+    """Raise ``ValueError`` naming the entry unless ``state`` (from ``state_dict``) fits a
+    buffer of ``capacity`` and ``num_envs`` whose storage holds ``fields`` (``None``: not
+    allocated yet, any fields); changes nothing."""
+    rows = capacity // num_envs
+    if not isinstance(state, dict):
+        raise ValueError(f"the buffer state is a {type(state).__name__}, not a dict")
+    missing = [k for k in ("capacity", "num_envs", "cursor", "size", "storage") if k not in state]
+    if missing:
+        raise ValueError(f"the buffer state lacks the entries {missing}")
+    if state["capacity"] != capacity or state["num_envs"] != num_envs:
+        raise ValueError(
+            f"buffer state has capacity={state['capacity']}, num_envs={state['num_envs']}; "
+            f"this buffer has capacity={capacity}, num_envs={num_envs}: build "
+            "the buffer as the saved one was"
+        )
+    for key in ("cursor", "size"):
+        value = state[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= rows:
+            raise ValueError(f"buffer state {key}={value!r} is not in [0, {rows}]")
+    storage = state["storage"]
+    if storage is None:
+        return
+    if not isinstance(storage, dict) or not set(FIXED_FIELDS) <= set(storage):
+        raise ValueError(f"the buffer state's storage lacks fields of {list(FIXED_FIELDS)}")
+    size = state["size"]
+    bad = [
+        k
+        for k, v in storage.items()
+        if first_shape(v)[1:] != (num_envs,) or first_shape(v)[0] not in (size, rows)
+    ]
+    if bad:
+        raise ValueError(
+            f"buffer state fields {sorted(bad)} are not shaped ({size} or {rows}, {num_envs}, ...)"
+        )
+    if fields is not None and set(storage) != fields:
+        raise ValueError(
+            f"the buffer state holds the fields {sorted(storage)}, this buffer "
+            f"{sorted(fields)}: it was filled by another algorithm"
+        )
+
+
+def write_state_file(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write a buffer ``state`` to ``path`` atomically (temporary file, fsync, then rename).
+
+    A failed write (full disk) raises ``CheckpointError`` naming the file; an existing
+    file at ``path`` is then untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    os.close(fd)
+    write_durably(
+        Path(tmp),
+        lambda f: torch.save(state, f),
+        what="buffer file",
+        fix=f"free disk space and save again; {os.fspath(path)!r} is untouched",
+    )
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_state_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The buffer state in a file written by :func:`write_state_file` (``weights_only``: no
+    code runs); ``FileNotFoundError`` or ``CheckpointError`` naming the path."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"buffer file {str(path)!r} does not exist")
+    state = safe_torch_load(path, "buffer file")
+    if not isinstance(state, dict) or state.get("format_version") != BUFFER_FORMAT_VERSION:
+        raise CheckpointError(
+            f"buffer file {str(path)!r} is not an epochtrain buffer of format "
+            f"version {BUFFER_FORMAT_VERSION}"
+        )
+    return state
