@@ -40,6 +40,15 @@ def test_collect_to_minari_then_train_from_it(
     assert list((tmp_path / "minari").rglob("*"))
     train = ["train", "--algo", "bc", "--dataset", "minari:cartpole/random-v0"]
     assert main([*train, "--max-epoch", "1", "--step-per-epoch", "20", "--logdir", ""]) == 0
+    capsys.readouterr()
+    # the same id again is refused before any training (10^6 steps would take minutes)
+    again = ["collect", "--env", "CartPole-v1", "--algo", "ppo", "--train-steps", "1000000"]
+    assert (
+        main([*again, "--steps", "300", "--format", "minari", "--out", "cartpole/random-v0"]) == 2
+    )
+    captured = capsys.readouterr()
+    assert "trained" not in captured.out
+    assert "already exists" in captured.err and "minari delete" in captured.err
 
 
 def test_a_missing_minari_dataset_names_the_download_command(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +40,8 @@ def test_random_dataset_round_trips_and_its_sidecar_tells_the_truth(tmp_path: Pa
     assert info.return_max == max(returns)
     sidecar = json.loads(path.with_name("cartpole.buf.json").read_text())
     assert sidecar["return_mean"] == info.return_mean and sidecar["policy"] == "random"
-    assert not list(path.parent.glob("*.tmp"))  # written atomically, nothing left over
+    # written atomically: nothing left over
+    assert sorted(p.name for p in path.parent.iterdir()) == ["cartpole.buf", "cartpole.buf.json"]
 
 
 def test_same_seed_gives_the_same_data_and_leaves_global_rng_alone(tmp_path: Path) -> None:
@@ -208,3 +211,44 @@ def test_obs_transform_without_a_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="obs_transform needs a policy"):
         record_dataset(None, "CartPole-v1", 100, tmp_path / "r.buf", obs_transform=np.tanh)
     assert not (tmp_path / "r.buf").exists()
+
+
+def test_an_existing_dataset_is_refused_before_any_work_and_replaced_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "data.buf"
+    record_dataset(None, "CartPole-v1", 300, out, seed=0)
+    saved = out.read_bytes(), out.with_name("data.buf.json").read_bytes()
+    argv = ["collect", "--env", "CartPole-v1", "--out", str(out), "--steps", "500"]
+    # refused before training: the 10^6 training steps would take minutes
+    assert main([*argv, "--algo", "ppo", "--train-steps", "1000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "exists (300 env steps of CartPole-v1 by random)" in err and "--overwrite" in err
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        record_dataset(None, "CartPole-v1", 500, out, seed=1)
+    assert (out.read_bytes(), out.with_name("data.buf.json").read_bytes()) == saved
+
+    # with overwrite the old sidecar goes before the buffer is replaced: interrupted in
+    # between, no sidecar describes other data
+    def interrupted(self: ReplayBuffer, path: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ReplayBuffer, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        record_dataset(None, "CartPole-v1", 500, out, seed=1, overwrite=True)
+    assert out.read_bytes() == saved[0] and not out.with_name("data.buf.json").exists()
+    monkeypatch.undo()
+    assert main([*argv, "--random", "--overwrite"]) == 0
+    assert ReplayBuffer.load(out).n_valid == 500
+    assert json.loads(out.with_name("data.buf.json").read_text())["n_steps"] == 500
+
+
+def test_dataset_files_get_the_mode_of_any_file_the_user_writes(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        record_dataset(None, "CartPole-v1", 300, tmp_path / "shared.buf", seed=0)
+    finally:
+        os.umask(old)
+    for name in ("shared.buf", "shared.buf.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name

@@ -33,7 +33,7 @@ from epochtrain.checkpoint_files import (
     recover,
     remove_dir,
 )
-from epochtrain.data.io import write_durably
+from epochtrain.data.io import fsync_dir, write_durably
 from epochtrain.errors import NonFiniteError
 
 if TYPE_CHECKING:
@@ -98,14 +98,6 @@ def _versions() -> dict[str, str]:
 
 def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _sha256(path: Path) -> str:
@@ -207,7 +199,7 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
             what="checkpoint manifest",
             fix="free disk space and save again; the previous checkpoint is untouched",
         )
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
     except BaseException:
         remove_dir(tmp)
         raise
@@ -246,7 +238,7 @@ def _swap_into_place(tmp: Path, path: Path) -> None:
             if moved and not path.exists():
                 os.replace(old, path)
             raise
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         if moved:
             remove_dir(old)
 

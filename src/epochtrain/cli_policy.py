@@ -62,6 +62,12 @@ def add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="buffer file to write (plus OUT.json); with --format minari, the dataset id",
     )
     collect.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out buffer file (without it, an existing file is an "
+        "error before any work; a Minari dataset is never replaced: `minari delete ID`)",
+    )
+    collect.add_argument(
         "--format",
         choices=["buffer", "minari"],
         default="buffer",
@@ -243,9 +249,15 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    """Record the dataset of ``args`` and print where it went; 2 on bad input."""
-    from epochtrain.dataset import record_dataset
+    """Record the dataset of ``args`` and print where it went.
 
+    Exit status 2 on bad input (found before any training or recording: an existing
+    ``--out`` too), 1 when the dataset cannot be written (a full disk), 0 otherwise.
+    """
+    from epochtrain.cli_interrupts import is_file_fault
+    from epochtrain.dataset import check_dataset_path, record_dataset
+
+    refused: tuple[type[Exception], ...] = (*USAGE_ERRORS, FileExistsError, IsADirectoryError)
     try:
         for name in ("steps", "num_envs", "train_steps"):
             value = getattr(args, name)
@@ -254,13 +266,19 @@ def run_collect(args: argparse.Namespace) -> int:
         if args.algo is None and (args.train_steps is not None or args.train_until is not None):
             raise ValueError("--train-steps and --train-until need --algo")
         if args.format == "minari":
-            from epochtrain.extras import require
+            from epochtrain.data.minari import check_new_dataset_id
 
-            require("minari", extra="minari")  # before any training or recording
+            check_new_dataset_id(args.out)  # before any training or recording
+        else:
+            check_dataset_path(args.out, overwrite=args.overwrite)
         policy, description, transform = _collect_policy(args)
-        out = Path(args.out)
-        if args.format == "minari":
-            out = Path(tempfile.mkdtemp(prefix="epochtrain-collect-")) / "dataset.buf"
+    except refused as exc:
+        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if args.format == "minari":
+        out = Path(tempfile.mkdtemp(prefix="epochtrain-collect-")) / "dataset.buf"
+    try:
         info = record_dataset(
             policy,
             args.env,
@@ -271,10 +289,11 @@ def run_collect(args: argparse.Namespace) -> int:
             deterministic=args.deterministic,
             policy_name=description,
             obs_transform=transform,
+            overwrite=args.overwrite,
         )
-    except USAGE_ERRORS as exc:
+    except refused as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
-        return 2
+        return 1 if is_file_fault(exc) else 2
     where = f"{info.path} (+ .json)"
     if args.format == "minari":
         from epochtrain.data.minari import write_minari
@@ -289,9 +308,9 @@ def run_collect(args: argparse.Namespace) -> int:
                     description=f"recorded by `epochtrain collect` from {description}",
                 )
             )
-        except USAGE_ERRORS as exc:
+        except refused as exc:
             print(f"epochtrain: error: {exc}", file=sys.stderr)
-            return 2
+            return 1 if is_file_fault(exc) else 2
         finally:
             shutil.rmtree(Path(info.path).parent, ignore_errors=True)
     print(

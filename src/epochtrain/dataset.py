@@ -7,7 +7,8 @@ actions clipped to the bounds, as the env applies them) and saves it with
 read. Beside the buffer file it writes ``<file>.json``, a sidecar that says how the
 data was made and how well the recording policy did (its episode returns). Both files are
 written to a temporary name and renamed, so an interrupted recording leaves nothing
-half-written. ``epochtrain collect`` is the command-line face of this module.
+half-written, and an existing dataset is replaced only when asked (``overwrite=True``,
+``--overwrite``). ``epochtrain collect`` is the command-line face of this module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,8 +30,9 @@ from epochtrain.algorithms.base import Policy
 from epochtrain.data import Collector, ReplayBuffer
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.collector import Actor
+from epochtrain.data.io import replace_file
 
-__all__ = ["DatasetInfo", "record_dataset"]
+__all__ = ["DatasetInfo", "check_dataset_path", "record_dataset"]
 
 
 @dataclass(frozen=True)
@@ -96,16 +97,28 @@ def _clip_actions(buffer: ReplayBuffer, space: gym.Space[Any]) -> None:
         buffer.load_state_dict(state)
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def check_dataset_path(path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+    """Raise ``FileExistsError`` (saying what the file holds) if ``path`` or its ``.json``
+    sidecar exists, unless ``overwrite``; a directory at ``path`` is always refused."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"dataset path {str(path)!r} is a directory: give a file name")
+    if overwrite or not (path.exists() or _sidecar(path).exists()):
+        return
+    what = ""
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        info = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+        what = f" ({info['n_steps']} env steps of {info['env_id']} by {info['policy']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    raise FileExistsError(
+        f"dataset file {str(path)!r} exists{what}: choose another path, or replace it with "
+        "overwrite=True (epochtrain collect --overwrite)"
+    )
 
 
 def record_dataset(
@@ -119,6 +132,7 @@ def record_dataset(
     deterministic: bool = False,
     policy_name: str | None = None,
     obs_transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    overwrite: bool = False,
 ) -> DatasetInfo:
     """Record ``n_steps`` env steps of ``policy`` (``None``: random actions) into ``path``.
 
@@ -128,6 +142,10 @@ def record_dataset(
     policy acts on (e.g. ``ObservationNormalizer.normalize`` of the run that trained it);
     the dataset stores the raw ones. Returns the :class:`DatasetInfo` that is also
     written to ``<path>.json``; the returns are those of the episodes that ended.
+
+    An existing ``path`` (or sidecar) raises ``FileExistsError`` before any work unless
+    ``overwrite``; then the old sidecar goes first, so an interrupted replacement never
+    leaves a sidecar describing other data.
     """
     if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
         raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
@@ -140,6 +158,7 @@ def record_dataset(
     from epochtrain.factory import make_envs
 
     out = Path(path)
+    check_dataset_path(out, overwrite=overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     envs = make_envs(env_id, num_envs)
     rows = math.ceil(n_steps / num_envs)
@@ -167,6 +186,7 @@ def record_dataset(
             "that the dataset policy's return can be measured"
         )
     _clip_actions(buffer, envs.single_action_space)
+    _sidecar(out).unlink(missing_ok=True)
     buffer.save(out)
     info = DatasetInfo(
         path=str(out),
@@ -183,5 +203,6 @@ def record_dataset(
         return_max=float(returns.max()),
         seconds=round(time.perf_counter() - start, 3),
     )
-    _write_json_atomic(out.with_name(out.name + ".json"), asdict(info))
+    text = json.dumps(asdict(info), indent=2) + "\n"
+    replace_file(_sidecar(out), text.encode("utf-8"))
     return info

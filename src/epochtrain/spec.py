@@ -28,6 +28,7 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from epochtrain.config import Config, check_field_names, close_matches, param
+from epochtrain.data.io import replace_file
 from epochtrain.envs import Backend
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
@@ -280,15 +281,7 @@ class RunSpec(Config):
         """Write the spec to ``path`` (``.toml`` or ``.json``) atomically; returns the path."""
         target = Path(path)
         text = _by_suffix(target, toml=self.to_toml, json=self.to_json)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        try:
-            with tmp.open("w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        replace_file(target, text.encode("utf-8"))
         return target
 
     @classmethod

@@ -229,3 +229,24 @@ def test_a_full_disk_ends_epochtrain_train_with_one_line_and_its_resume_command_
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     epochs = [read_manifest(p)["epoch"] for p in find_checkpoints(Path(kept).parent)]
     assert max(epochs) == kept_epoch + 2
+
+
+def test_a_full_disk_ends_epochtrain_collect_with_one_line_keeping_the_other_files(
+    small_disk: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch's writer reports a full disk as ``RuntimeError: ... unexpected pos``: the line
+    says what it means, the exit status is 1 (not 2: the input was fine)."""
+    from epochtrain.cli import main
+
+    if os.statvfs(small_disk).f_blocks * os.statvfs(small_disk).f_frsize > 1 << 30:
+        pytest.fail("no small tmpfs here: test_io's statvfs test covers the message")
+    (small_disk / "kept.txt").write_text("a file of the user's")
+    fill(small_disk, leave=64 * 1024)
+    out = small_disk / "pendulum.buf"
+    argv = ["collect", "--env", "Pendulum-v1", "--random", "--steps", "20000", "--out", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"cannot write buffer file {str(out)!r}: No space left on device" in err
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "kept.txt"]
+    assert (small_disk / "kept.txt").read_text() == "a file of the user's"

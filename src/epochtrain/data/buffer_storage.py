@@ -9,7 +9,6 @@ from a buffer file atomically, as checkpoints are.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import torch
 from torch import Tensor
 
 from epochtrain.data.batch import Obs
-from epochtrain.data.io import safe_torch_load, write_durably
+from epochtrain.data.io import replace_file, safe_torch_load
 from epochtrain.errors import CheckpointError
 
 __all__ = [
@@ -160,19 +159,12 @@ def write_state_file(state: dict[str, Any], path: str | os.PathLike[str]) -> Non
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    os.close(fd)
-    write_durably(
-        Path(tmp),
+    replace_file(
+        path,
         lambda f: torch.save(state, f),
         what="buffer file",
         fix=f"free disk space and save again; {os.fspath(path)!r} is untouched",
     )
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_state_file(path: str | os.PathLike[str]) -> dict[str, Any]:

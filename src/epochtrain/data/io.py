@@ -7,7 +7,9 @@ resolves only classes from gymnasium, numpy, epochtrain and the modules the call
 env is built from. A file that needs anything else is refused with a
 :class:`~epochtrain.errors.CheckpointError` saying so. Writing goes through
 :func:`write_durably`: a failure (a full disk, a size limit) becomes a ``CheckpointError``
-naming the file, and the partial file is removed.
+naming the file, and the partial file is removed. :func:`replace_file` writes a whole file
+or nothing (a temporary file beside it, fsynced, renamed over it): every file epochtrain
+writes outside a checkpoint directory goes through it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import builtins
 import io
 import os
 import pickle
+import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -25,7 +28,14 @@ import torch
 
 from epochtrain.errors import CheckpointError
 
-__all__ = ["safe_globals", "safe_torch_load", "safe_unpickle", "write_durably"]
+__all__ = [
+    "fsync_dir",
+    "replace_file",
+    "safe_globals",
+    "safe_torch_load",
+    "safe_unpickle",
+    "write_durably",
+]
 
 
 def safe_globals() -> list[Any]:
@@ -134,6 +144,39 @@ def safe_unpickle(data: bytes, *, allowed_modules: Iterable[str], what: str) -> 
         raise CheckpointError(f"{what} cannot be read: {exc}") from exc
 
 
+def fsync_dir(path: Path) -> None:
+    """fsync the directory ``path``, so the renames and new files in it survive a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_FULL_BELOW = 1 << 20
+"""Free bytes (for this user) under which a failed write is put down to a full disk."""
+
+
+def _cause(exc: BaseException, directory: Path) -> str:
+    """Why a write into ``directory`` failed, in a few words.
+
+    torch's zip writer reports a full disk as ``RuntimeError: ... unexpected pos ...``;
+    with the disk (nearly) full that is what it means, so it is said so.
+    """
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    try:
+        stat = os.statvfs(directory)
+        full = stat.f_bavail * stat.f_frsize < _FULL_BELOW
+    except OSError:
+        full = False
+    return "No space left on device" if full else f"{type(exc).__name__}: {exc}"
+
+
+def _cannot_write(what: str, path: Path, cause: str, fix: str) -> str:
+    return f"cannot write {what} {os.fspath(path)!r}: {cause}" + (f"; {fix}" if fix else "")
+
+
 def write_durably(
     path: Path, write: Callable[[BinaryIO], None], *, what: str, fix: str = ""
 ) -> None:
@@ -149,13 +192,49 @@ def write_durably(
             f.flush()
             os.fsync(f.fileno())
     except Exception as exc:
+        cause = _cause(exc, path.parent)  # before the partial file goes: the disk is full
         path.unlink(missing_ok=True)
-        cause = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, OSError) and exc.strerror:
-            cause = exc.strerror
-        raise CheckpointError(
-            f"cannot write {what} {os.fspath(path)!r}: {cause}" + (f"; {fix}" if fix else "")
-        ) from exc
+        raise CheckpointError(_cannot_write(what, path, cause, fix)) from exc
     except BaseException:
         path.unlink(missing_ok=True)
         raise
+
+
+def replace_file(
+    path: str | os.PathLike[str],
+    content: bytes | Callable[[BinaryIO], object],
+    *,
+    what: str | None = None,
+    fix: str = "",
+) -> None:
+    """Write ``path`` whole or not at all, under any fault.
+
+    ``content`` (bytes, or a function writing into a binary file) fills a new temporary
+    file beside ``path`` (created like any file the user writes: its mode follows the
+    umask), which is flushed, fsynced and renamed over ``path``; the directory is then
+    fsynced. On any failure or interrupt the temporary
+    file is removed and an existing ``path`` is untouched. The error propagates as it
+    is, or, with ``what`` (e.g. ``"buffer file"``), as a :class:`CheckpointError`
+    naming ``path``, the cause and ``fix``.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        with tmp.open("xb") as f:
+            if isinstance(content, bytes):
+                f.write(content)
+            else:
+                content(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception as exc:
+        cause = _cause(exc, path.parent)
+        tmp.unlink(missing_ok=True)
+        if what is None:
+            raise
+        raise CheckpointError(_cannot_write(what, path, cause, fix)) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)

@@ -31,7 +31,7 @@ import torch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.extras import require
 
-__all__ = ["load_minari_buffer", "write_minari"]
+__all__ = ["check_new_dataset_id", "load_minari_buffer", "write_minari"]
 
 Tree = Any
 """An array, or a dict of trees (dict observations)."""
@@ -155,6 +155,19 @@ def _episode(rollout: Any, env: int, rows: np.ndarray) -> dict[str, Tree]:
     }
 
 
+def check_new_dataset_id(dataset_id: str) -> None:
+    """Raise unless ``dataset_id`` is a well-formed id no local Minari dataset has yet
+    (``FileExistsError`` naming ``minari delete``); what :func:`write_minari` checks first,
+    for callers that check before recording."""
+    minari = require("minari", extra="minari")
+    _check_dataset_id(dataset_id)
+    if dataset_id in minari.list_local_datasets():
+        raise FileExistsError(
+            f"Minari dataset {dataset_id!r} already exists: pick another dataset_id or "
+            f"delete it (`minari delete {dataset_id}`)"
+        )
+
+
 def write_minari(
     buffer_or_path: ReplayBuffer | str | os.PathLike[str],
     dataset_id: str,
@@ -183,7 +196,7 @@ def write_minari(
     """
     minari = require("minari", extra="minari")
     episode_buffer = require("minari.data_collector.episode_buffer", extra="minari")
-    _check_dataset_id(dataset_id)
+    check_new_dataset_id(dataset_id)
     if data_format not in ("hdf5", "arrow"):
         raise ValueError(f"data_format must be 'hdf5' or 'arrow', got {data_format!r}")
     if isinstance(buffer_or_path, ReplayBuffer):
@@ -193,11 +206,6 @@ def write_minari(
     else:
         raise TypeError(
             f"buffer_or_path must be a ReplayBuffer or a buffer file path, got {buffer_or_path!r}"
-        )
-    if dataset_id in minari.list_local_datasets():
-        raise FileExistsError(
-            f"Minari dataset {dataset_id!r} already exists: pick another dataset_id or "
-            f"delete it (`minari delete {dataset_id}`)"
         )
     episodes = _episodes(buffer)
     if not episodes:

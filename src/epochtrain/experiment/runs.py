@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from epochtrain.data.io import replace_file
 from epochtrain.spec import RunSpec
 
 __all__ = [
@@ -89,15 +90,8 @@ def check_same_run(stored: RunSpec, wanted: RunSpec, run_dir: Path) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON atomically (temp file, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    replace_file(path, text.encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:

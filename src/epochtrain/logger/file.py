@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, ClassVar, Literal
 
+from epochtrain.data.io import replace_file
 from epochtrain.logger.base import SCOPES, BaseLogger
 
 __all__ = ["LineFileLogger"]
@@ -135,7 +136,5 @@ def rewrite_lines(path: Path, keep: Callable[[str], bool], header_lines: int = 0
     with path.open(encoding="utf-8", newline="") as f:
         lines = f.read().splitlines(keepends=True)
     kept = lines[:header_lines] + [line for line in lines[header_lines:] if keep(line)]
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    text = "".join(kept)
+    replace_file(path, text.encode("utf-8"))

@@ -19,13 +19,14 @@ import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
+from epochtrain.data.io import replace_file
 from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
 
 __all__ = ["TensorboardLogger"]
@@ -143,14 +144,13 @@ class TensorboardLogger(BaseLogger):
         kept = [event for event in events if self._keep(event)]
         if len(kept) == len(events):
             return
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as f:
+
+        def write(f: BinaryIO) -> None:
             writer = RecordWriter(f)
             for event in kept:
                 writer.write(event.SerializeToString())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+
+        replace_file(path, write)
 
     def flush(self) -> None:
         """Write buffered scalars to disk now (no-op once closed or before the first point)."""

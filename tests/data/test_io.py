@@ -1,0 +1,100 @@
+"""data/io.py's writers: a file is replaced whole or not at all, with the user's umask, and a
+failure names the file and its cause (a full disk even when torch's writer hides it)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pytest
+
+from epochtrain.data import io as data_io
+from epochtrain.data.io import replace_file, write_durably
+from epochtrain.errors import CheckpointError
+
+
+@pytest.fixture
+def umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o007, 0o660)])
+def test_a_replaced_file_has_the_mode_the_umask_gives_new_files(
+    tmp_path: Path, umask: None, mask: int, mode: int
+) -> None:
+    os.umask(mask)
+    replace_file(tmp_path / "a.json", b"{}\n")
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == mode
+    replace_file(tmp_path / "a.json", lambda f: f.write(b"[]\n"))
+    assert (tmp_path / "a.json").read_bytes() == b"[]\n"
+
+
+def _half_then(exc: BaseException) -> Any:
+    def write(f: BinaryIO) -> None:
+        f.write(b"half a file")
+        raise exc
+
+    return write
+
+
+@pytest.mark.parametrize(
+    "exc", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()]
+)
+def test_a_failed_replacement_keeps_the_old_file_and_no_temporary(
+    tmp_path: Path, exc: BaseException
+) -> None:
+    path = tmp_path / "result.json"
+    path.write_bytes(b"old")
+    with pytest.raises(type(exc)):
+        replace_file(path, _half_then(exc))
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_with_what_the_failure_is_a_checkpoint_error_naming_the_file_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "data.buf"
+    broken = _half_then(OSError(errno.EFBIG, "File too large"))
+    with pytest.raises(CheckpointError) as info:
+        replace_file(path, broken, what="buffer file", fix="raise the limit")
+    assert (
+        str(info.value)
+        == f"cannot write buffer file {str(path)!r}: File too large; raise the limit"
+    )
+    assert not list(tmp_path.iterdir())
+
+
+TORCH_FULL = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1 vs 2")
+
+
+@pytest.mark.parametrize(
+    ("free", "cause"), [(4096, "No space left on device"), (1 << 30, "RuntimeError: [enforce")]
+)
+def test_torchs_full_disk_error_is_called_a_full_disk_when_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int, cause: str
+) -> None:
+    real = os.statvfs(tmp_path)
+
+    class Full:
+        f_frsize = real.f_frsize
+        f_bavail = free // real.f_frsize
+
+    monkeypatch.setattr(data_io.os, "statvfs", lambda _path: Full())
+    for write in (
+        lambda: replace_file(tmp_path / "b.pt", _half_then(TORCH_FULL), what="buffer file"),
+        lambda: write_durably(tmp_path / "c.pt", _half_then(TORCH_FULL), what="checkpoint file"),
+    ):
+        with pytest.raises(CheckpointError, match=re.escape(f": {cause}")) as info:
+            write()
+        assert info.value.__cause__ is TORCH_FULL
+    assert not list(tmp_path.iterdir())
