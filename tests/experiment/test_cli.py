@@ -106,6 +106,9 @@ def test_compare_prints_the_table_and_writes_the_report(
     assert (tmp_path / "report.md").read_text().strip() == out.strip()
     for name in ("sample_efficiency", "aggregate_intervals", "performance_profiles"):
         assert (tmp_path / f"{name}.png").stat().st_size > 5_000
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # written whole through temporary files beside them: none is left over
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_compare_refuses_an_empty_or_foreign_directory(

@@ -58,6 +58,26 @@ def test_record_video_writes_every_frame_of_each_episode(tmp_path: Path) -> None
     assert iio.immeta(path)["fps"] == 50  # CartPole's render_fps
 
 
+def test_a_recording_cut_short_keeps_the_video_that_was_there(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    policy = TinyPolicy(make_envs(1))
+    path = record_video(policy, "CartPole-v1", tmp_path / "cartpole.mp4", max_steps=20)
+    before = path.read_bytes()
+    calls = 0
+
+    def transform(obs: np.ndarray, update: bool = True) -> np.ndarray:
+        nonlocal calls
+        calls += 1
+        if calls == 10:  # Ctrl-C in the middle of the second recording
+            raise KeyboardInterrupt
+        return obs
+
+    with pytest.raises(KeyboardInterrupt):
+        record_video(policy, "CartPole-v1", path, episodes=2, obs_transform=transform)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["cartpole.mp4"]  # no partial video
+
+
 def test_record_video_validates_its_arguments(tmp_path: Path) -> None:
     policy = TinyPolicy(make_envs(1))
     with pytest.raises(ValueError, match=r"path must end in \.mp4"):

@@ -19,7 +19,8 @@ import io
 import os
 import pickle
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -31,6 +32,7 @@ from epochtrain.errors import CheckpointError
 __all__ = [
     "fsync_dir",
     "replace_file",
+    "replacing",
     "safe_globals",
     "safe_torch_load",
     "safe_unpickle",
@@ -200,6 +202,29 @@ def write_durably(
         raise
 
 
+def _temporary_beside(path: Path, suffix: str = "") -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+
+
+@contextmanager
+def replacing(path: str | os.PathLike[str], *, suffix: str = "") -> Iterator[Path]:
+    """A temporary path beside ``path`` for a writer that needs a file name (a video
+    encoder): renamed over ``path``, fsynced, when the block ends without error, and
+    removed when it does not, so ``path`` is whole or untouched. ``suffix`` ends the
+    temporary name (``".mp4"``: writers that pick the format by the extension)."""
+    path = Path(path)
+    tmp = _temporary_beside(path, suffix)
+    try:
+        yield tmp
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
 def replace_file(
     path: str | os.PathLike[str],
     content: bytes | Callable[[BinaryIO], object],
@@ -218,7 +243,7 @@ def replace_file(
     naming ``path``, the cause and ``fix``.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    tmp = _temporary_beside(path)
     try:
         with tmp.open("xb") as f:
             if isinstance(content, bytes):

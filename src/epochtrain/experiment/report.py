@@ -8,9 +8,11 @@ compare`` prints; with ``out_dir`` it also writes ``report.md`` and the figures 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 
+from epochtrain.data.io import replace_file
 from epochtrain.experiment.bootstrap import FloatArray
 from epochtrain.experiment.curves import (
     CurveEstimate,
@@ -123,7 +125,7 @@ def build_report(
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         lines += ["", "## Figures", "", *_figures(experiment, norm, scores, reps, seed, out_dir)]
-        (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        replace_file(out_dir / "report.md", ("\n".join(lines) + "\n").encode("utf-8"))
     return "\n".join(lines)
 
 
@@ -159,6 +161,8 @@ def _figures(
     except MissingExtraError as exc:
         return [f"Figures skipped: {exc}"]
     for name, fig in figures.items():
-        fig.savefig(out_dir / name, dpi=110)
+        png = io.BytesIO()
+        fig.savefig(png, dpi=110, format="png")
+        replace_file(out_dir / name, png.getvalue())
         written.append((name, name.removesuffix(".png").replace("_", " ")))
     return [f"![{title}]({name})" for name, title in written]

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from epochtrain.data.collector import Actor, ObsTransform
+from epochtrain.data.io import replacing
 from epochtrain.extras import require
 from epochtrain.logger.base import video_scope
 from epochtrain.trainer.hooks import TrainerHook
@@ -101,12 +102,15 @@ def record_video(
         ) from exc
     rate = fps if fps is not None else int(env.metadata.get("render_fps") or 30)
     # macro_block_size=2: H.264 needs even sides; 16 (the default) would rescale CartPole
-    writer = imageio.get_writer(out, fps=rate, codec="libx264", macro_block_size=2)
     try:
-        for episode in range(episodes):
-            _record_episode(policy, env, writer, seed + episode, obs_transform, max_steps)
+        with replacing(out, suffix=".mp4") as tmp:  # a video cut short never replaces one
+            writer = imageio.get_writer(tmp, fps=rate, codec="libx264", macro_block_size=2)
+            try:
+                for episode in range(episodes):
+                    _record_episode(policy, env, writer, seed + episode, obs_transform, max_steps)
+            finally:
+                writer.close()
     finally:
-        writer.close()
         env.close()
     return out
 
