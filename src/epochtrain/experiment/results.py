@@ -21,9 +21,10 @@ from epochtrain.experiment.bootstrap import FloatArray
 from epochtrain.experiment.curves import SCORE_METHODS, ScoreMethod, run_score
 from epochtrain.experiment.runs import (
     EXPERIMENT_FILE,
-    FORMAT,
     RESULT_FILE,
     SPEC_FILE,
+    check_format,
+    read_index,
     read_json,
     read_test_curve,
 )
@@ -145,22 +146,53 @@ class Experiment:
         return pandas.DataFrame(rows)
 
 
+def _numbers(data: dict[str, Any], key: str, path: Path) -> FloatArray:
+    value = data.get(key)
+    if not isinstance(value, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value
+    ):
+        raise ValueError(f"{os.fspath(path)!r}: {key!r} must be a list of numbers")
+    return np.asarray(value, dtype=np.float64)
+
+
+def _read_result(path: Path, run_dir: Path) -> RunResult:
+    """The ``result.json`` at ``path``, checked: ``ValueError`` naming the file and the
+    entry that is missing or wrong (a file edited by hand, or from someone else)."""
+    data = check_format(read_json(path), path, "run result")
+    texts = {}
+    for key in ("run_id", "algo", "env_id", "status"):
+        if not isinstance(data.get(key), str):
+            raise ValueError(f"{os.fspath(path)!r}: {key!r} must be a string")
+        texts[key] = data[key]
+    seed = data.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{os.fspath(path)!r}: 'seed' must be an int")
+    if texts["status"] not in ("finished", "failed"):
+        raise ValueError(f"{os.fspath(path)!r}: 'status' must be 'finished' or 'failed'")
+    steps, returns = _numbers(data, "steps", path), _numbers(data, "test_returns", path)
+    if len(steps) != len(returns):
+        raise ValueError(
+            f"{os.fspath(path)!r} has {len(steps)} steps but {len(returns)} test_returns"
+        )
+    optional = {k: data.get(k) for k in ("stop_reason", "error")}
+    return RunResult(
+        run_id=texts["run_id"],
+        algo=texts["algo"],
+        env_id=texts["env_id"],
+        seed=seed,
+        status="finished" if texts["status"] == "finished" else "failed",
+        steps=steps,
+        test_returns=returns,
+        stop_reason=optional["stop_reason"] if isinstance(optional["stop_reason"], str) else None,
+        error=optional["error"] if isinstance(optional["error"], str) else None,
+        path=run_dir,
+    )
+
+
 def _load_run(run_dir: Path) -> RunResult:
     result_path = run_dir / RESULT_FILE
     if result_path.is_file():
-        data = read_json(result_path)
-        return RunResult(
-            run_id=str(data["run_id"]),
-            algo=str(data["algo"]),
-            env_id=str(data["env_id"]),
-            seed=int(data["seed"]),
-            status="finished" if data["status"] == "finished" else "failed",
-            steps=np.asarray(data["steps"], dtype=np.float64),
-            test_returns=np.asarray(data["test_returns"], dtype=np.float64),
-            stop_reason=data.get("stop_reason"),
-            error=data.get("error"),
-            path=run_dir,
-        )
+        return _read_result(result_path, run_dir)
     from epochtrain.spec import RunSpec
 
     spec = RunSpec.from_file(run_dir / SPEC_FILE)
@@ -189,11 +221,8 @@ def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str])
                 f"{os.fspath(root)!r} is not an experiment directory (no {EXPERIMENT_FILE}): "
                 "pass the --out directory of `epochtrain sweep` or of run_experiment"
             )
-        data = read_json(index)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"{os.fspath(index)!r} is not an epochtrain experiment index")
-        for run_id in data.get("runs", []):
-            run_dir = root / str(run_id)
+        for run_id in read_index(index):
+            run_dir = root / run_id
             if not (run_dir / SPEC_FILE).is_file():
                 raise ValueError(
                     f"{os.fspath(index)!r} lists run {run_id!r} but {os.fspath(run_dir)!r} "

@@ -24,6 +24,7 @@ __all__ = [
     "EXPERIMENT_FILE",
     "RESULT_FILE",
     "SPEC_FILE",
+    "check_format",
     "check_same_run",
     "close_envs",
     "failed_result",
@@ -31,6 +32,7 @@ __all__ = [
     "is_finished",
     "open_trainer",
     "prepare_runs",
+    "read_index",
     "read_json",
     "read_test_curve",
     "resolve_spec",
@@ -102,6 +104,31 @@ def read_json(path: Path) -> Any:
         raise ValueError(f"{os.fspath(path)!r} is not valid JSON: {exc}") from exc
 
 
+def check_format(data: Any, path: Path, what: str) -> dict[str, Any]:
+    """``data`` (read from ``path``) as a dict of the experiment format this epochtrain
+    reads; ``ValueError`` naming the file otherwise (a newer version: upgrade)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{os.fspath(path)!r} is not an epochtrain {what}")
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"{os.fspath(path)!r} has no valid format version (got {version!r})")
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{os.fspath(path)!r} has format version {version}, this epochtrain reads "
+            f"{FORMAT_VERSION}: upgrade epochtrain to read it"
+        )
+    return data
+
+
+def read_index(path: Path) -> list[str]:
+    """The run ids listed by the experiment index at ``path``, checked (``ValueError``
+    naming the file)."""
+    runs = check_format(read_json(path), path, "experiment index").get("runs", [])
+    if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
+        raise ValueError(f"{os.fspath(path)!r}: 'runs' must be a list of run ids")
+    return runs
+
+
 def read_test_curve(run_dir: Path) -> tuple[list[float], list[float]]:
     """``(steps, mean test returns)`` of the ``test`` records in ``run_dir/log.jsonl``.
 
@@ -115,9 +142,11 @@ def read_test_curve(run_dir: Path) -> tuple[list[float], list[float]]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            value = record.get("test/returns_stat/mean") if isinstance(record, dict) else None
-            if record.get("scope") == "test" and isinstance(value, int | float):
-                points[float(record["step"])] = float(value)
+            if not isinstance(record, dict) or record.get("scope") != "test":
+                continue
+            value, step = record.get("test/returns_stat/mean"), record.get("step")
+            if isinstance(value, int | float) and isinstance(step, int | float):
+                points[float(step)] = float(value)
     steps = sorted(points)
     return steps, [points[s] for s in steps]
 
@@ -210,10 +239,7 @@ def prepare_runs(specs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
     listed: list[str] = []
     index = out_dir / EXPERIMENT_FILE
     if index.is_file():
-        data = read_json(index)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"{os.fspath(index)!r} is not an epochtrain experiment index")
-        listed = [str(r) for r in data.get("runs", [])]
+        listed = read_index(index)
     run_dirs = []
     for spec in specs:
         run_dir = out_dir / spec.run_id

@@ -1,0 +1,88 @@
+"""Reading an experiment back: a result or index edited by hand, written by a newer
+epochtrain or by someone else is refused naming the file and the entry, before anything
+is changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochtrain.experiment import grid, load_experiment, run_experiment
+from epochtrain.experiment.runs import read_test_curve
+from tests.experiment.settings import FAST
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("finished")
+    run_experiment(grid(["ppo"], ["CartPole-v1"], [0], **FAST), out, show_progress=False)
+    return out
+
+
+@pytest.fixture
+def experiment(finished: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(finished, tmp_path / "exp"))
+
+
+def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+RESULT_EDITS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("no seed", lambda d: d.pop("seed"), "'seed' must be an int"),
+    ("returns as text", lambda d: d.update(test_returns=["abc"]), "'test_returns' must be a list"),
+    ("a step too many", lambda d: d.update(steps=[*d["steps"], 1e9]), "steps but 2 test_returns"),
+    ("unknown status", lambda d: d.update(status="done"), "'status' must be 'finished' or"),
+    ("algo a number", lambda d: d.update(algo=3), "'algo' must be a string"),
+    ("newer version", lambda d: d.update(version=2), "format version 2, this epochtrain reads 1"),
+    ("another format", lambda d: d.update(format="sb3"), "is not an epochtrain run result"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), [(c, m) for _, c, m in RESULT_EDITS], ids=[i for i, _, _ in RESULT_EDITS]
+)
+def test_a_result_edited_by_hand_or_from_elsewhere_is_refused_naming_the_file(
+    experiment: Path, change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    result = experiment / "ppo-CartPole-v1-s0" / "result.json"
+    _edit(result, change)
+    with pytest.raises(ValueError, match=message) as info:
+        load_experiment(experiment)
+    assert str(result) in str(info.value)
+
+
+def test_an_index_of_a_newer_epochtrain_is_refused_by_readers_and_left_as_it_is(
+    experiment: Path,
+) -> None:
+    index = experiment / "experiment.json"
+    _edit(index, lambda d: d.update(version=2))
+    before = index.read_bytes()
+    with pytest.raises(ValueError, match="upgrade epochtrain"):
+        load_experiment(experiment)
+    with pytest.raises(ValueError, match="upgrade epochtrain"):
+        run_experiment(grid(["ppo"], ["CartPole-v1"], [0], **FAST), experiment)
+    assert index.read_bytes() == before
+    _edit(index, lambda d: d.update(version=1, runs="ppo-CartPole-v1-s0"))
+    with pytest.raises(ValueError, match="'runs' must be a list of run ids"):
+        load_experiment(experiment)
+
+
+def test_a_log_with_foreign_lines_gives_the_test_curve_of_its_test_records(tmp_path: Path) -> None:
+    lines = [
+        {"scope": "test", "step": 64, "test/returns_stat/mean": 20.0},
+        [1, 2],
+        {"scope": "test", "test/returns_stat/mean": 99.0},  # no step
+        {"scope": "train", "step": 64, "train/returns_stat/mean": 11.0},
+        {"scope": "test", "step": 128, "test/returns_stat/mean": 31.5},
+    ]
+    text = "\n".join(json.dumps(x) for x in lines) + '\n{"scope": "te'  # a torn last line
+    (tmp_path / "log.jsonl").write_text(text)
+    assert read_test_curve(tmp_path) == ([64.0, 128.0], [20.0, 31.5])
