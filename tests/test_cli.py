@@ -65,13 +65,14 @@ def test_bad_options_exit_2_with_one_line(
     ],
 )
 def test_bad_option_value_exits_2_before_training(
-    extra: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+    extra: list[str], fragment: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code = main(["train", *extra, "--logdir", ""])
+    code = main(["train", *extra, "--logdir", str(tmp_path)])
     assert code == 2
     captured = capsys.readouterr()
     assert len(captured.err.strip().splitlines()) == 1 and fragment in captured.err
     assert "Epoch" not in captured.out
+    assert not list(tmp_path.iterdir())  # no run directory is left behind
 
 
 def test_short_run_writes_tensorboard_logs(tmp_path: Path) -> None:
@@ -163,3 +164,25 @@ def test_train_writes_the_resolved_spec_into_the_run_directory(tmp_path: Path) -
     spec = RunSpec.from_file(spec_file)
     assert spec.num_envs == 2 and spec.trainer.max_epoch == 1
     assert spec.logging.logdir == str(spec_file.parent)
+
+
+def test_runs_started_in_the_same_second_get_a_directory_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell loop of ``&`` jobs over learning rates starts its runs within a second: each
+    keeps its own directory and spec.toml (they shared one, and its checkpoint lock
+    failed the second run)."""
+    import time
+
+    from epochtrain import RunSpec
+
+    monkeypatch.setattr(time, "strftime", lambda fmt, *t: "20261126-120000")
+    argv = ["train", "--algo", "ppo", "--max-epoch", "1", "--step-per-epoch", "256"]
+    for lr in ("0.001", "0.0003", "0.0001"):
+        assert main([*argv, "--set", f"lr={lr}", "--logdir", str(tmp_path), "--quiet"]) == 0
+    name = "CartPole-v1_ppo_seed0_20261126-120000"
+    dirs = sorted(tmp_path.iterdir(), key=lambda p: (len(p.name), p.name))
+    assert [d.name for d in dirs] == [name, f"{name}-2", f"{name}-3"]
+    specs = [RunSpec.from_file(d / "spec.toml") for d in dirs]
+    assert [s.config.lr for s in specs] == [0.001, 0.0003, 0.0001]
+    assert [s.trainer.checkpoint_dir for s in specs] == [str(d / "checkpoints") for d in dirs]

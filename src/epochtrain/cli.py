@@ -19,6 +19,7 @@ The ``eval`` and ``collect`` commands live in :mod:`epochtrain.cli_policy`, ``sw
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -95,6 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _new_run_dir(logdir: Path, name: str) -> Path:
+    """Create and return ``logdir/name``, or ``name-2``, ``name-3``, ... when it exists:
+    runs started in the same second (a shell loop of ``&`` jobs over learning rates) each
+    get a directory of their own instead of sharing one and its ``spec.toml``."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        run_dir = logdir / (name if n == 1 else f"{name}-{n}")
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            n += 1
+
+
 def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     """The spec of a ``train`` run (with its run directory and checkpoint settings) and the
     run directory, or None when logging is off."""
@@ -127,7 +143,8 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         )
     elif args.logdir:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = Path(args.logdir) / f"{spec.env_id}_{spec.algo}_seed{spec.seed}_{stamp}"
+        name = f"{spec.env_id}_{spec.algo}_seed{spec.seed}_{stamp}"
+        run_dir = _new_run_dir(Path(args.logdir), name)
         changes: dict[str, Any] = {"logging.logdir": str(run_dir)}
         if spec.trainer.checkpoint_dir is None:
             changes["checkpoint_dir"] = str(run_dir / "checkpoints")
@@ -148,8 +165,15 @@ def _train(args: argparse.Namespace) -> int:
 
     try:
         spec, run_dir = _prepare_train(args)
-        trainer = make_trainer(spec)
     except USAGE_ERRORS as exc:  # found before any work
+        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        trainer = make_trainer(spec)
+    except USAGE_ERRORS as exc:
+        if run_dir is not None and args.resume is None:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()  # the new run directory, while nothing is in it
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
     if run_dir is not None:
