@@ -4,8 +4,13 @@ with, and SIGTERM raised where Ctrl-C would be."""
 from __future__ import annotations
 
 import errno
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +114,41 @@ def test_only_checkpoint_errors_and_refused_writes_are_cut_to_one_line(
     exc: BaseException, one_line: bool
 ) -> None:
     assert is_file_fault(exc) is one_line
+
+
+def _sleep_forever() -> None:
+    import time
+
+    time.sleep(60)
+
+
+def test_a_process_forked_inside_the_block_dies_of_sigterm_quietly() -> None:
+    """An AsyncVectorEnv worker forked during a run inherits the handler; when its parent
+    stops it with SIGTERM it must end as any process does, not raise Terminated (which
+    printed a BrokenPipeError traceback after every `epochtrain train --env-backend
+    async`)."""
+    import multiprocessing
+
+    with sigterm_as_interrupt():
+        child = multiprocessing.get_context("fork").Process(target=_sleep_forever)
+        child.start()
+    time.sleep(0.5)  # the child is in its sleep, with the inherited handler
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGTERM)
+    child.join(10)
+    assert child.exitcode == -signal.SIGTERM
+
+
+def test_epochtrain_train_with_async_envs_ends_without_a_traceback(tmp_path: Path) -> None:
+    argv = ["train", "--algo", "ppo", "--env-backend", "async", "--num-envs", "2"]
+    argv += ["--num-test-envs", "1", "--episode-per-test", "1", "--max-epoch", "1"]
+    argv += ["--step-per-epoch", "64", "--set", "step_per_collect=32", "--no-progress"]
+    result = subprocess.run(
+        [sys.executable, "-m", "epochtrain", *argv, "--quiet", "--logdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Finished" in result.stdout

@@ -3,6 +3,7 @@ sync envs (episode ends, truncation with the true final observation, step counts
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -99,3 +100,42 @@ def test_without_envpool_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "envpool", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[envpool\]'"):
         make_envs("CartPole-v1", 2, backend="envpool")
+
+
+REGISTERING_MODULE = """
+import gymnasium as gym
+gym.register("ShortCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+             max_episode_steps=30, reward_threshold=12.5)
+"""
+
+
+def test_module_colon_id_imports_the_module_that_registers_the_env(tmp_path: Any) -> None:
+    """``"package.module:EnvId"`` (gymnasium.make's form) is what makes a user's env work
+    in every process of a run; it was refused as not registered."""
+    import subprocess
+
+    (tmp_path / "my_envs_pkg.py").write_text(REGISTERING_MODULE)
+    argv = ["train", "--algo", "ppo", "--env", "my_envs_pkg:ShortCartPole-v0"]
+    argv += ["--env-backend", "async", "--num-envs", "2", "--num-test-envs", "1"]
+    argv += ["--episode-per-test", "2", "--max-epoch", "1", "--step-per-epoch", "64"]
+    argv += ["--set", "step_per_collect=32", "--no-progress", "--logdir", ""]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def epochtrain(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "epochtrain", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+
+    run = epochtrain(*argv)  # async envs: each env process imports the module itself
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert "Finished (max_epoch)" in run.stdout
+    config = epochtrain("config", "--algo", "ppo", "--env", "my_envs_pkg:ShortCartPole-v0")
+    assert "stop_at = 12.5" in config.stdout  # the registered env's own reward_threshold
+
+
+def test_a_module_colon_id_whose_module_is_missing_names_it() -> None:
+    from epochtrain.spec import RunSpec
+
+    with pytest.raises(ValueError, match="the module 'no_such_pkg' that registers it cannot be"):
+        RunSpec.tuned("ppo", "no_such_pkg:Env-v0")
+    with pytest.raises(ValueError, match=r"or 'your_package.envs:YourEnv-v0'"):
+        RunSpec.tuned("ppo", "NoSuchEnv-v0")

@@ -179,7 +179,8 @@ def _train(args: argparse.Namespace) -> int:
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         spec.to_file(run_dir / "spec.toml")
-    info = trainer.run()
+    with trainer:  # closes the envs (their processes with env_backend="async") and the logger
+        info = trainer.run()
     last = trainer.last_test_stat
     mean = last.returns_stat.mean if last is not None and last.returns_stat else float("nan")
     print(
@@ -191,7 +192,6 @@ def _train(args: argparse.Namespace) -> int:
         print(f"Run directory (spec.toml, TensorBoard logs): {run_dir}")
     if spec.trainer.checkpoint_dir is not None:
         print(f"Checkpoints: {spec.trainer.checkpoint_dir}")
-    trainer.logger.close()
     return 0
 
 

@@ -22,7 +22,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from epochtrain.errors import LAST_CHECKPOINT_NOTE, CheckpointError, Terminated, raise_terminated
+from epochtrain.errors import (
+    LAST_CHECKPOINT_NOTE,
+    CheckpointError,
+    Terminated,
+    terminated_handler,
+)
 
 __all__ = [
     "Terminated",
@@ -43,7 +48,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous = signal.signal(signal.SIGTERM, terminated_handler())
     try:
         yield
     finally:

@@ -160,6 +160,13 @@ def run_eval(args: argparse.Namespace) -> int:
     except USAGE_ERRORS as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)
         return 2
+    with trainer:  # its envs close at the end (their processes with env_backend="async")
+        return _evaluate(args, trainer, ckpt, manifest)
+
+
+def _evaluate(args: argparse.Namespace, trainer: Any, ckpt: Path, manifest: Any) -> int:
+    """Run ``args.episodes`` test episodes of the loaded policy and print their returns,
+    then record ``args.video`` if asked; 2 on bad input."""
     algo, env_id = manifest["spec"]["algo"], manifest["spec"]["env_id"]
     collector = trainer.test_collector
     assert collector is not None
@@ -203,9 +210,12 @@ def _one_transition(envs: Any) -> Any:
     from epochtrain.data import ReplayBuffer
 
     buffer = ReplayBuffer(1, 1)
-    obs, _ = envs.reset(seed=0)
-    act = envs.action_space.sample()
-    obs_next, rew, terminated, truncated, _ = envs.step(act)
+    try:
+        obs, _ = envs.reset(seed=0)
+        act = envs.action_space.sample()
+        obs_next, rew, terminated, truncated, _ = envs.step(act)
+    finally:
+        envs.close()
     buffer.add(obs, act, rew, terminated, truncated, obs_next)
     return buffer
 
@@ -217,6 +227,7 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
         return None, "random", None
     if args.checkpoint is not None:
         trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1)
+        trainer.close()  # only its policy and observation normaliser are used
         if manifest["spec"]["env_id"] != args.env:
             raise ValueError(
                 f"--checkpoint {args.checkpoint} was trained on {manifest['spec']['env_id']}, "
@@ -236,9 +247,10 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
         show_progress=False,
         max_epoch=10**9,
     )
-    for _ in trainer:
-        if args.train_steps is not None and trainer.state.env_step >= args.train_steps:
-            break
+    with trainer:
+        for _ in trainer:
+            if args.train_steps is not None and trainer.state.env_step >= args.train_steps:
+                break
     best = trainer.state.best_test_return
     print(
         f"trained {args.algo} for {trainer.state.env_step} env steps "

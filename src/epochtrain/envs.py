@@ -12,6 +12,7 @@ either into the same transitions and ``CollectStats``.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -24,8 +25,30 @@ __all__ = [
     "BACKENDS",
     "EnvPoolVectorEnv",
     "MissingEnvDependencyError",
+    "env_spec",
     "make_envs",
 ]
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, where ``"package.module:EnvId-v0"`` imports the
+    module first, as ``gymnasium.make`` does: an env the user's own package registers then
+    works in every process (async envs, sweep workers, Ray) without an import there.
+
+    A module that cannot be imported is a ``ValueError`` naming it; an id that is not
+    registered raises gymnasium's error (``gymnasium.error.Error``).
+    """
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(
+                f"env_id {env_id!r}: the module {module!r} that registers it cannot be "
+                f"imported ({exc}); install it or put it on PYTHONPATH"
+            ) from exc
+    return gym.spec(name)
+
 
 Backend = Literal["sync", "async", "envpool"]
 BACKENDS: tuple[Backend, ...] = ("sync", "async", "envpool")
@@ -95,7 +118,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv[Any, Any, Any]):
         )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
-        self.spec = gym.spec(env_id) if env_id in gym.registry else None
+        self.spec = env_spec(env_id) if env_id in gym.registry else None
 
     def _build(self, seed: int) -> Any:
         return self._envpool.make_gymnasium(

@@ -6,6 +6,9 @@ message names the file, parameter or env, the cause and the fix.
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Callable
 from types import FrameType
 
 __all__ = [
@@ -15,6 +18,7 @@ __all__ = [
     "NonFiniteError",
     "Terminated",
     "raise_terminated",
+    "terminated_handler",
 ]
 
 LAST_CHECKPOINT_NOTE = "epochtrain: last checkpoint: "
@@ -28,8 +32,28 @@ class Terminated(KeyboardInterrupt):
 
 
 def raise_terminated(signum: int, frame: FrameType | None) -> None:
-    """A SIGTERM handler (``signal.signal(signal.SIGTERM, raise_terminated)``)."""
+    """Raise :class:`Terminated` (for a SIGTERM handler that decides when to)."""
     raise Terminated(f"signal {signum}")
+
+
+def terminated_handler() -> Callable[[int, FrameType | None], None]:
+    """A SIGTERM handler raising :class:`Terminated` in this process
+    (``signal.signal(signal.SIGTERM, terminated_handler())``).
+
+    A process forked from this one inherits the handler (an ``AsyncVectorEnv`` worker
+    does); there SIGTERM keeps its default and ends the process quietly, as the parent
+    that stops its workers expects, instead of a traceback of ``Terminated``.
+    """
+    owner = os.getpid()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise_terminated(signum, frame)
+
+    return handler
 
 
 class CheckpointError(ValueError):

@@ -29,7 +29,7 @@ import gymnasium as gym
 
 from epochtrain.config import Config, check_field_names, close_matches, param
 from epochtrain.data.io import replace_file
-from epochtrain.envs import Backend
+from epochtrain.envs import Backend, env_spec
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
 from epochtrain.trainer.params import TrainerParams
@@ -127,7 +127,7 @@ class RunSpec(Config):
         the env's ``reward_threshold`` when the spec has one."""
         entry = algorithm(algo)
         check_env_id(env_id)
-        threshold = gym.spec(env_id).reward_threshold
+        threshold = env_spec(env_id).reward_threshold
         return cls(
             algo=algo,
             env_id=env_id,
@@ -323,13 +323,14 @@ def algorithm(name: str) -> Algorithm:
 
 
 def check_env_id(env_id: str) -> None:
-    """``ValueError`` unless ``env_id`` is a registered gymnasium env."""
+    """``ValueError`` unless ``env_id`` is a registered gymnasium env (``"module:EnvId"``
+    imports ``module`` first, :func:`~epochtrain.envs.env_spec`)."""
     try:
-        gym.spec(env_id)
+        env_spec(env_id)
     except gym.error.Error as exc:
         raise ValueError(
             f"env_id {env_id!r} is not a registered gymnasium env ({exc}); use an id such as "
-            "'CartPole-v1'"
+            "'CartPole-v1', or 'your_package.envs:YourEnv-v0' for an env your package registers"
         ) from exc
 
 

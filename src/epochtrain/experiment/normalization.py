@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
+from epochtrain.envs import env_spec
 from epochtrain.experiment.bootstrap import FloatArray, check_score_dict
 
 __all__ = ["NormalizedScores", "normalize_scores", "random_score", "reference_score"]
@@ -50,7 +51,7 @@ class NormalizedScores(dict[str, FloatArray]):
 
 def _spec(env_id: str) -> gym.envs.registration.EnvSpec:
     try:
-        return gym.spec(env_id)
+        return env_spec(env_id)
     except gym.error.Error as exc:
         raise ValueError(
             f"env_id {env_id!r} is not a registered gymnasium env ({exc}); "

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epochtrain.errors import raise_terminated
+from epochtrain.errors import terminated_handler
 from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.runs import (
     close_envs,
@@ -226,7 +226,7 @@ def _init_worker(events: Any, stop: Any, parent_pid: int) -> None:
     global _worker
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, raise_terminated)  # the stop: as Ctrl-C
+    signal.signal(signal.SIGTERM, terminated_handler())  # the stop: as Ctrl-C
     _worker = _Worker(events, stop, parent_pid)
     threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
     events.put(("", "pid", os.getpid()))
