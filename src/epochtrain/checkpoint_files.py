@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from epochtrain.data.io import pid_alive
 from epochtrain.errors import CheckpointError
 
 __all__ = [
@@ -67,22 +68,10 @@ def _split(entry: str) -> tuple[str, str, int] | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _writer_gone(pid: int) -> bool:
     """True if the save that left a leftover of ``pid`` is over: the process is dead, or it
     is this one (its saves run one at a time and clean up or recover before starting)."""
-    return pid == os.getpid() or not _pid_alive(pid)
+    return pid == os.getpid() or not pid_alive(pid)
 
 
 def is_complete(path: Path) -> bool:
@@ -242,7 +231,7 @@ class CheckpointLock:
         pid, host = record.get("pid"), record.get("host")
         if not isinstance(pid, int) or not isinstance(host, str):
             return True
-        return host == socket.gethostname() and not _pid_alive(pid)
+        return host == socket.gethostname() and not pid_alive(pid)
 
     def acquire(self) -> None:
         """Take the lock (idempotent); raise :class:`CheckpointError` if another writer has it."""

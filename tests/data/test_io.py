@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 import pytest
 
 from epochtrain.data import io as data_io
-from epochtrain.data.io import replace_file, write_durably
+from epochtrain.data.io import replace_file, replacing, write_durably
 from epochtrain.errors import CheckpointError
 
 
@@ -98,3 +98,30 @@ def test_torchs_full_disk_error_is_called_a_full_disk_when_the_disk_is_full(
             write()
         assert info.value.__cause__ is TORCH_FULL
     assert not list(tmp_path.iterdir())
+
+
+def test_the_next_write_removes_what_a_killed_writer_on_this_host_left(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead_pid = int(gone.stdout)
+    host = socket.gethostname()
+    killed = tmp_path / f".buf.pt.tmp-{host}-{dead_pid}-0a1b2c3d"
+    live = tmp_path / f".buf.pt.tmp-{host}-{os.getpid()}-0a1b2c3d"  # a writer still at work
+    elsewhere = tmp_path / f".buf.pt.tmp-another-host-{dead_pid}-0a1b2c3d"  # not ours to judge
+    other_file = tmp_path / f".log.csv.tmp-{host}-{dead_pid}-0a1b2c3d"  # another path's
+    for leftover in (killed, live, elsewhere, other_file):
+        leftover.write_bytes(b"\0" * 1000)
+    replace_file(tmp_path / "buf.pt", b"new")
+    assert not killed.exists()
+    assert live.exists() and elsewhere.exists() and other_file.exists()
+    with replacing(tmp_path / "log.csv") as tmp:
+        tmp.write_bytes(b"a,b\n")
+    assert not other_file.exists() and (tmp_path / "log.csv").read_bytes() == b"a,b\n"

@@ -8,17 +8,20 @@ env is built from. A file that needs anything else is refused with a
 :class:`~epochtrain.errors.CheckpointError` saying so. Writing goes through
 :func:`write_durably`: a failure (a full disk, a size limit) becomes a ``CheckpointError``
 naming the file, and the partial file is removed. :func:`replace_file` writes a whole file
-or nothing (a temporary file beside it, fsynced, renamed over it): every file epochtrain
-writes outside a checkpoint directory goes through it.
+or nothing (a temporary file beside it, fsynced, renamed over it; what a killed writer left
+is removed by the next write): every file epochtrain writes outside a checkpoint directory
+goes through it.
 """
 
 from __future__ import annotations
 
 import builtins
+import glob
 import io
 import os
 import pickle
 import secrets
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +34,7 @@ from epochtrain.errors import CheckpointError
 
 __all__ = [
     "fsync_dir",
+    "pid_alive",
     "replace_file",
     "replacing",
     "safe_globals",
@@ -202,8 +206,36 @@ def write_durably(
         raise
 
 
+def pid_alive(pid: int) -> bool:
+    """True if a process ``pid`` runs on this host (this process included)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _temporary_beside(path: Path, suffix: str = "") -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+    """A new temporary name beside ``path``, naming this host and process, so that what a
+    killed writer leaves can be told from a live writer's file (:func:`_remove_leftovers`)."""
+    owner = f"{socket.gethostname()}-{os.getpid()}"
+    return path.with_name(f".{path.name}.tmp-{owner}-{secrets.token_hex(4)}{suffix}")
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Remove the temporary files of ``path`` that writers on this host left when they were
+    killed (``kill -9`` mid-write leaves a hidden file as large as what was written: a
+    buffer file's can be gigabytes). Another host's files are left alone: its processes
+    cannot be seen from here."""
+    prefix = f".{path.name}.tmp-{socket.gethostname()}-"
+    for tmp in path.parent.glob(glob.escape(prefix) + "*"):
+        pid = tmp.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -213,6 +245,7 @@ def replacing(path: str | os.PathLike[str], *, suffix: str = "") -> Iterator[Pat
     removed when it does not, so ``path`` is whole or untouched. ``suffix`` ends the
     temporary name (``".mp4"``: writers that pick the format by the extension)."""
     path = Path(path)
+    _remove_leftovers(path)
     tmp = _temporary_beside(path, suffix)
     try:
         yield tmp
@@ -243,6 +276,7 @@ def replace_file(
     naming ``path``, the cause and ``fix``.
     """
     path = Path(path)
+    _remove_leftovers(path)
     tmp = _temporary_beside(path)
     try:
         with tmp.open("xb") as f:
