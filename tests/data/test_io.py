@@ -125,3 +125,29 @@ def test_the_next_write_removes_what_a_killed_writer_on_this_host_left(tmp_path:
     with replacing(tmp_path / "log.csv") as tmp:
         tmp.write_bytes(b"a,b\n")
     assert not other_file.exists() and (tmp_path / "log.csv").read_bytes() == b"a,b\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "cause"),
+    [
+        (b"", "it is not a file torch.save wrote"),
+        (b"step,return\n1,2\n", "it is not a file torch.save wrote"),
+        (None, "it is torn or corrupt (RuntimeError: PytorchStreamReader failed"),
+    ],
+    ids=["empty", "text", "torn"],
+)
+def test_an_unreadable_file_says_why_in_words(
+    tmp_path: Path, content: bytes | None, cause: str
+) -> None:
+    import torch
+
+    from epochtrain.data.io import safe_torch_load
+
+    path = tmp_path / "data.buf"
+    if content is None:  # the first half of a real torch file
+        torch.save({"a": torch.zeros(100)}, path)
+        content = path.read_bytes()[: path.stat().st_size // 2]
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as info:
+        safe_torch_load(path, "buffer file")
+    assert str(info.value).startswith(f"buffer file {str(path)!r} cannot be read: {cause}")

@@ -84,7 +84,21 @@ def safe_torch_load(path: str | os.PathLike[str], what: str) -> Any:
     except FileNotFoundError as exc:
         raise CheckpointError(f"{what} {file!r} does not exist") from exc
     except Exception as exc:
-        raise CheckpointError(f"{what} {file!r} cannot be read: {exc}") from exc
+        raise CheckpointError(f"{what} {file!r} cannot be read: {_unreadable(file, exc)}") from exc
+
+
+def _unreadable(file: str, exc: Exception) -> str:
+    """Why ``torch.load`` failed on ``file``, in words (torch says ``KeyError: 174812789``
+    for a text file, ``EOFError`` for an empty one)."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        return err.strerror or str(err)
+    if head != b"PK\x03\x04":  # every file torch.save writes is a zip archive
+        return "it is not a file torch.save wrote (empty, torn at the start, or another format)"
+    first = str(exc).split(". ")[0]
+    return f"it is torn or corrupt ({type(exc).__name__}: {first})"
 
 
 _SAFE_BUILTINS = frozenset(
