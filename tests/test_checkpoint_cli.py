@@ -22,7 +22,8 @@ def test_train_checkpoints_then_resume_continues_the_same_run(
     capsys.readouterr()
 
     resume = [*TRAIN, "--max-epoch", "2", "--logdir", str(tmp_path), "--stop-at", "1e9"]
-    assert main([*resume, "--resume", str(ckpt_dir)]) == 0
+    # the run directory the first run printed resumes as its checkpoint_dir does
+    assert main([*resume, "--resume", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "Finished (max_epoch) after 2 epochs" in out
     assert list(tmp_path.iterdir()) == [run_dir]  # the logs continue in the same run dir
@@ -31,6 +32,8 @@ def test_train_checkpoints_then_resume_continues_the_same_run(
     assert main(["eval", str(ckpt_dir), "--episodes", "3"]) == 0
     out = capsys.readouterr().out
     assert "ppo on CartPole-v1" in out and "epoch 2" in out and "over 3 episodes" in out
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    assert f"checkpoint {ckpt_dir / 'epoch_000002'} (epoch 2" in capsys.readouterr().out
 
 
 def test_resume_and_eval_errors_exit_2_with_one_line(

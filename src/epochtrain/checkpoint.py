@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
     "MANIFEST",
+    "RUN_CHECKPOINTS",
     "CheckpointError",
     "check_finite_weights",
     "find_checkpoints",
@@ -192,8 +193,13 @@ def _load_dict(file: Path) -> dict[str, Any]:
     return state
 
 
+RUN_CHECKPOINTS = "checkpoints"
+"""The checkpoint_dir inside a run directory (``epochtrain train --logdir``, a sweep's run)."""
+
+
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
-    """``path`` itself if it is a checkpoint, else the latest complete checkpoint in it.
+    """``path`` itself if it is a checkpoint, else the latest complete checkpoint in it, or
+    in its ``checkpoints/`` (a run directory of ``epochtrain train --logdir`` or a sweep).
 
     A checkpoint whose replacement was killed between its two renames is put back first.
     """
@@ -203,10 +209,14 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
     if own_files or path.name.startswith(_PERIODIC_PREFIX):
         return path  # a checkpoint, maybe partial: read_manifest says what is wrong
     found = find_checkpoints(path)
+    if not found and (path / RUN_CHECKPOINTS).is_dir():
+        recover(path / RUN_CHECKPOINTS)
+        found = find_checkpoints(path / RUN_CHECKPOINTS)
     if not found:
         raise CheckpointError(
-            f"{os.fspath(path)!r} holds no complete checkpoint (no epoch_*/{MANIFEST}); "
-            "pass a checkpoint directory or a checkpoint_dir a run has written to"
+            f"{os.fspath(path)!r} holds no complete checkpoint (no epoch_*/{MANIFEST}, nor "
+            f"{RUN_CHECKPOINTS}/epoch_*/{MANIFEST}); pass a checkpoint directory, a "
+            "checkpoint_dir a run has written to, or its run directory"
         )
     return found[-1]
 

@@ -114,7 +114,7 @@ def _new_run_dir(logdir: Path, name: str) -> Path:
 def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     """The spec of a ``train`` run (with its run directory and checkpoint settings) and the
     run directory, or None when logging is off."""
-    from epochtrain.checkpoint import read_manifest, resolve_checkpoint
+    from epochtrain.checkpoint import RUN_CHECKPOINTS, read_manifest, resolve_checkpoint
     from epochtrain.spec import RunSpec
 
     spec = resolve_spec(args)
@@ -147,7 +147,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         run_dir = _new_run_dir(Path(args.logdir), name)
         changes: dict[str, Any] = {"logging.logdir": str(run_dir)}
         if spec.trainer.checkpoint_dir is None:
-            changes["checkpoint_dir"] = str(run_dir / "checkpoints")
+            changes["checkpoint_dir"] = str(run_dir / RUN_CHECKPOINTS)
         spec = spec.with_overrides(changes)
     if spec.trainer.checkpoint_dir == "":
         spec = spec.with_overrides({"checkpoint_dir": None})

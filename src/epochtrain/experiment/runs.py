@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from epochtrain.checkpoint import RUN_CHECKPOINTS
 from epochtrain.data.io import replace_file
 from epochtrain.spec import RunSpec
 
@@ -44,7 +45,7 @@ EXPERIMENT_FILE = "experiment.json"
 RESULT_FILE = "result.json"
 SPEC_FILE = "spec.toml"
 LOG_FILE = "log.jsonl"
-CHECKPOINTS = "checkpoints"
+CHECKPOINTS = RUN_CHECKPOINTS
 FORMAT = "epochtrain-experiment"
 FORMAT_VERSION = 1
 
