@@ -139,3 +139,36 @@ def test_a_module_colon_id_whose_module_is_missing_names_it() -> None:
         RunSpec.tuned("ppo", "no_such_pkg:Env-v0")
     with pytest.raises(ValueError, match=r"or 'your_package.envs:YourEnv-v0'"):
         RunSpec.tuned("ppo", "NoSuchEnv-v0")
+
+
+def test_a_namespaced_or_module_env_id_names_one_flat_directory(tmp_path: Any) -> None:
+    """``"myns/Env-v0"`` made run directories nested under ``myns/`` that were never
+    created (`epochtrain train --logdir` and every sweep failed with ENOENT)."""
+    from epochtrain.cli import main
+    from epochtrain.envs import env_name
+    from epochtrain.experiment import grid, load_experiment, run_experiment
+    from tests.experiment.settings import FAST
+
+    assert env_name("CartPole-v1") == "CartPole-v1"
+    assert env_name("ALE/Pong-ram-v5") == "ALE_Pong-ram-v5"
+    assert env_name("my_pkg.envs:myns/Short-v0") == "myns_Short-v0"
+    if "epochtrain-test/Short-v0" not in gym.registry:
+        gym.register(
+            "epochtrain-test/Short-v0",
+            entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+            max_episode_steps=20,
+        )
+    argv = ["train", "--algo", "ppo", "--env", "epochtrain-test/Short-v0", "--max-epoch", "1"]
+    argv += ["--step-per-epoch", "64", "--set", "step_per_collect=64", "--no-progress"]
+    assert main([*argv, "--quiet", "--logdir", str(tmp_path / "runs")]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("epochtrain-test_Short-v0_ppo_seed0_")
+    assert (run_dir / "spec.toml").is_file() and list((run_dir / "checkpoints").iterdir())
+    specs = grid(["ppo"], ["epochtrain-test/Short-v0"], [0, 1], **FAST)
+    experiment = run_experiment(specs, tmp_path / "exp", show_progress=False)
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir() if p.is_dir()) == [
+        "ppo-epochtrain-test_Short-v0-s0",
+        "ppo-epochtrain-test_Short-v0-s1",
+    ]
+    assert [r.status for r in load_experiment(tmp_path / "exp").runs] == ["finished"] * 2
+    assert experiment.envs == ["epochtrain-test/Short-v0"]

@@ -115,6 +115,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     """The spec of a ``train`` run (with its run directory and checkpoint settings) and the
     run directory, or None when logging is off."""
     from epochtrain.checkpoint import RUN_CHECKPOINTS, read_manifest, resolve_checkpoint
+    from epochtrain.envs import env_name
     from epochtrain.spec import RunSpec
 
     spec = resolve_spec(args)
@@ -143,7 +144,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         )
     elif args.logdir:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        name = f"{spec.env_id}_{spec.algo}_seed{spec.seed}_{stamp}"
+        name = f"{env_name(spec.env_id)}_{spec.algo}_seed{spec.seed}_{stamp}"
         run_dir = _new_run_dir(Path(args.logdir), name)
         changes: dict[str, Any] = {"logging.logdir": str(run_dir)}
         if spec.trainer.checkpoint_dir is None:

@@ -25,6 +25,7 @@ __all__ = [
     "BACKENDS",
     "EnvPoolVectorEnv",
     "MissingEnvDependencyError",
+    "env_name",
     "env_spec",
     "make_envs",
 ]
@@ -48,6 +49,13 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
                 f"imported ({exc}); install it or put it on PYTHONPATH"
             ) from exc
     return gym.spec(name)
+
+
+def env_name(env_id: str) -> str:
+    """``env_id`` as one file-name component, for run ids and run directories: without the
+    module of ``"module:EnvId"`` and with a namespace's ``/`` as ``_`` (``"ALE/Pong-v5"``
+    gives ``"ALE_Pong-v5"``); a plain id such as ``"CartPole-v1"`` is unchanged."""
+    return env_id.rpartition(":")[2].replace("/", "_")
 
 
 Backend = Literal["sync", "async", "envpool"]

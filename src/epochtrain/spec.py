@@ -29,7 +29,7 @@ import gymnasium as gym
 
 from epochtrain.config import Config, check_field_names, close_matches, param
 from epochtrain.data.io import replace_file
-from epochtrain.envs import Backend, env_spec
+from epochtrain.envs import Backend, env_name, env_spec
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
 from epochtrain.trainer.params import TrainerParams
@@ -153,8 +153,9 @@ class RunSpec(Config):
 
     @property
     def run_id(self) -> str:
-        """A readable id, ``<algo>-<env_id>-s<seed>``."""
-        return f"{self.algo}-{self.env_id}-s{self.seed}"
+        """A readable id, ``<algo>-<env>-s<seed>``, usable as a directory name (``<env>`` is
+        :func:`~epochtrain.envs.env_name` of the env id: ``"ppo-CartPole-v1-s3"``)."""
+        return f"{self.algo}-{env_name(self.env_id)}-s{self.seed}"
 
     @property
     def entry(self) -> Algorithm:
