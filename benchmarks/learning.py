@@ -62,6 +62,7 @@ DATASET_COMMAND = [
     "0",
     "--out",
     str(DATASET),
+    "--overwrite",  # run only when the file or its sidecar is missing: the pair is remade
 ]
 """``epochtrain collect`` arguments that record the medium-policy Pendulum dataset."""
 

@@ -45,7 +45,10 @@ def main(out_dir: Path = Path("offline_pendulum")) -> None:
     )
 
     path = out_dir / "pendulum_medium.buf"
-    info = record_dataset(ppo.policy, "Pendulum-v1", 20_000, path, seed=0, policy_name="ppo")
+    # overwrite: each run of the example records its dataset anew
+    info = record_dataset(
+        ppo.policy, "Pendulum-v1", 20_000, path, seed=0, policy_name="ppo", overwrite=True
+    )
     print(
         f"Dataset {path}: {info.n_steps} steps, {info.n_episodes} episodes, "
         f"return {info.return_mean:.0f} ± {info.return_std:.0f}"
