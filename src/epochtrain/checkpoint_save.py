@@ -34,7 +34,7 @@ from epochtrain.checkpoint_files import (
     remove_dir,
 )
 from epochtrain.data.io import fsync_dir, write_durably
-from epochtrain.errors import NonFiniteError
+from epochtrain.errors import CheckpointError, NonFiniteError
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
@@ -46,6 +46,7 @@ __all__ = [
     "find_checkpoints",
     "hold_checkpoint_dir",
     "jsonable",
+    "refuse_another_runs_checkpoints",
     "save_checkpoint",
     "save_periodic",
 ]
@@ -278,6 +279,27 @@ def hold_checkpoint_dir(trainer: BaseTrainer[Any]) -> None:
         trainer._checkpoint_lock = lock
         weakref.finalize(trainer, lock.release)
     lock.acquire()
+
+
+def refuse_another_runs_checkpoints(trainer: BaseTrainer[Any]) -> None:
+    """Raise :class:`CheckpointError` before a run starts from scratch (nothing loaded, no
+    epoch done, nothing saved by this trainer) in a ``checkpoint_dir`` that holds another
+    run's checkpoints: its ``epoch_*`` would replace some of them, rotation would delete
+    others, and a later resume would take the newest epoch, whichever run wrote it."""
+    root = trainer.checkpoint_dir
+    if root is None or trainer.state.epoch > 0 or trainer.last_checkpoint is not None:
+        return
+    found = find_checkpoints(root)
+    if found:
+        if trainer._checkpoint_lock is not None:
+            trainer._checkpoint_lock.release()  # this run never writes there
+        raise CheckpointError(
+            f"checkpoint_dir {os.fspath(root)!r} holds the checkpoints of another run "
+            f"({', '.join(p.name for p in found)}), and this run starts from scratch: its "
+            "checkpoints would replace and rotate out those. Continue that run instead "
+            "(resume_from, epochtrain train --resume DIR), give this run another "
+            "checkpoint_dir, or delete those checkpoints"
+        )
 
 
 def save_periodic(trainer: BaseTrainer[Any], root: Path) -> Path | None:

@@ -105,3 +105,28 @@ def test_a_live_writer_process_is_named_and_a_dead_ones_lock_is_taken_over(
     next(trainer)
     assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert [p.name for p in find_checkpoints(tmp_path)] == ["epoch_000001"]
+
+
+def test_a_fresh_run_into_another_runs_checkpoint_dir_is_refused_before_any_work(
+    tmp_path: Path,
+) -> None:
+    """Reproduced with a spec file that fixes checkpoint_dir, run twice: the second run's
+    epoch_000002 replaced the first run's and rotation kept a mix of the two runs."""
+    first = dqn_trainer(checkpoint_dir=str(tmp_path), max_epoch=3, keep_last=2, keep_best=False)
+    first.run()
+    first.close()
+    del first
+    kept = {p.name: read_manifest(p)["env_step"] for p in find_checkpoints(tmp_path)}
+    assert list(kept) == ["epoch_000002", "epoch_000003"]
+    second = dqn_trainer(checkpoint_dir=str(tmp_path), max_epoch=2, keep_last=2, keep_best=False)
+    with pytest.raises(CheckpointError, match="holds the checkpoints of another run") as info:
+        next(second)
+    assert "epoch_000002, epoch_000003" in str(info.value) and "resume_from" in str(info.value)
+    assert second.state.env_step == 0  # refused before any work
+    assert {p.name: read_manifest(p)["env_step"] for p in find_checkpoints(tmp_path)} == kept
+    second.close()
+    del second
+    # continuing that run is what the message offers, and it works
+    resumed = dqn_trainer(checkpoint_dir=str(tmp_path), resume_from=str(tmp_path), max_epoch=4)
+    assert resumed.run().epoch == 4
+    resumed.close()

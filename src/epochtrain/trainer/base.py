@@ -45,6 +45,7 @@ from epochtrain.checkpoint import (
     save_periodic,
 )
 from epochtrain.checkpoint_files import CheckpointLock
+from epochtrain.checkpoint_save import refuse_another_runs_checkpoints
 from epochtrain.closing import Closing
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
@@ -279,6 +280,8 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             self._progress.close()  # a hook may have ended the run after the last epoch
             raise StopIteration
         hold_checkpoint_dir(self)
+        if not self._started:
+            refuse_another_runs_checkpoints(self)
         start = time.perf_counter()
         snapshot = EpochSnapshot.take(self)
         self._in_next = True
