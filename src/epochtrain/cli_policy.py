@@ -260,13 +260,21 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
     return trainer.policy, description, None
 
 
+def _failed(exc: Exception) -> int:
+    """Print the one-line error of a recording or its write; 1 when the file could not be
+    written (a full disk), 2 otherwise."""
+    from epochtrain.cli_interrupts import is_file_fault
+
+    print(f"epochtrain: error: {exc}", file=sys.stderr)
+    return 1 if is_file_fault(exc) else 2
+
+
 def run_collect(args: argparse.Namespace) -> int:
     """Record the dataset of ``args`` and print where it went.
 
     Exit status 2 on bad input (found before any training or recording: an existing
     ``--out`` too), 1 when the dataset cannot be written (a full disk), 0 otherwise.
     """
-    from epochtrain.cli_interrupts import is_file_fault
     from epochtrain.dataset import check_dataset_path, record_dataset
 
     refused: tuple[type[Exception], ...] = (*USAGE_ERRORS, FileExistsError, IsADirectoryError)
@@ -304,8 +312,7 @@ def run_collect(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
         )
     except refused as exc:
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
-        return 1 if is_file_fault(exc) else 2
+        return _failed(exc)
     where = f"{info.path} (+ .json)"
     if args.format == "minari":
         from epochtrain.data.minari import write_minari
@@ -321,8 +328,7 @@ def run_collect(args: argparse.Namespace) -> int:
                 )
             )
         except refused as exc:
-            print(f"epochtrain: error: {exc}", file=sys.stderr)
-            return 1 if is_file_fault(exc) else 2
+            return _failed(exc)
         finally:
             shutil.rmtree(Path(info.path).parent, ignore_errors=True)
     print(

@@ -25,7 +25,7 @@ import socket
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import torch
@@ -193,6 +193,16 @@ def _cause(exc: BaseException, directory: Path) -> str:
     return "No space left on device" if full else f"{type(exc).__name__}: {exc}"
 
 
+def _write_synced(
+    path: Path, mode: Literal["wb", "xb"], write: Callable[[BinaryIO], object]
+) -> None:
+    """Open ``path`` (``"wb"``, or ``"xb"``: a new file), ``write`` into it, flush, fsync."""
+    with path.open(mode) as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _cannot_write(what: str, path: Path, cause: str, fix: str) -> str:
     return f"cannot write {what} {os.fspath(path)!r}: {cause}" + (f"; {fix}" if fix else "")
 
@@ -207,10 +217,7 @@ def write_durably(
     ``fix``; ``KeyboardInterrupt`` also removes it and propagates unchanged.
     """
     try:
-        with path.open("wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(path, "wb", write)
     except Exception as exc:
         cause = _cause(exc, path.parent)  # before the partial file goes: the disk is full
         path.unlink(missing_ok=True)
@@ -292,14 +299,9 @@ def replace_file(
     path = Path(path)
     _remove_leftovers(path)
     tmp = _temporary_beside(path)
+    write = content if callable(content) else (lambda f: f.write(content))
     try:
-        with tmp.open("xb") as f:
-            if isinstance(content, bytes):
-                f.write(content)
-            else:
-                content(f)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(tmp, "xb", write)
         os.replace(tmp, path)
     except Exception as exc:
         cause = _cause(exc, path.parent)

@@ -159,32 +159,30 @@ def _read_result(path: Path, run_dir: Path) -> RunResult:
     """The ``result.json`` at ``path``, checked: ``ValueError`` naming the file and the
     entry that is missing or wrong (a file edited by hand, or from someone else)."""
     data = check_format(read_json(path), path, "run result")
-    texts = {}
     for key in ("run_id", "algo", "env_id", "status"):
         if not isinstance(data.get(key), str):
             raise ValueError(f"{os.fspath(path)!r}: {key!r} must be a string")
-        texts[key] = data[key]
     seed = data.get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"{os.fspath(path)!r}: 'seed' must be an int")
-    if texts["status"] not in ("finished", "failed"):
+    if data["status"] not in ("finished", "failed"):
         raise ValueError(f"{os.fspath(path)!r}: 'status' must be 'finished' or 'failed'")
     steps, returns = _numbers(data, "steps", path), _numbers(data, "test_returns", path)
     if len(steps) != len(returns):
         raise ValueError(
             f"{os.fspath(path)!r} has {len(steps)} steps but {len(returns)} test_returns"
         )
-    optional = {k: data.get(k) for k in ("stop_reason", "error")}
+    stop_reason, error = data.get("stop_reason"), data.get("error")
     return RunResult(
-        run_id=texts["run_id"],
-        algo=texts["algo"],
-        env_id=texts["env_id"],
+        run_id=data["run_id"],
+        algo=data["algo"],
+        env_id=data["env_id"],
         seed=seed,
-        status="finished" if texts["status"] == "finished" else "failed",
+        status="finished" if data["status"] == "finished" else "failed",
         steps=steps,
         test_returns=returns,
-        stop_reason=optional["stop_reason"] if isinstance(optional["stop_reason"], str) else None,
-        error=optional["error"] if isinstance(optional["error"], str) else None,
+        stop_reason=stop_reason if isinstance(stop_reason, str) else None,
+        error=error if isinstance(error, str) else None,
         path=run_dir,
     )
 
