@@ -14,3 +14,10 @@ import pytest
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress bars are drawn as in a terminal (under pytest stderr is a capture)."""
+    for module in ("epochtrain.trainer.progress", "epochtrain.experiment.progress"):
+        monkeypatch.setattr(f"{module}.bars_watched", lambda: True)

@@ -209,7 +209,7 @@ def test_show_progress_false_prints_nothing(capsys: pytest.CaptureFixture[str]) 
     assert captured.out == "" and captured.err == ""
 
 
-def test_progress_bar_and_verbose_lines(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_and_verbose_lines(capsys: pytest.CaptureFixture[str], terminal: None) -> None:
     build("off", max_epoch=2, show_progress=True, verbose=True).run()
     captured = capsys.readouterr()
     assert "Epoch #1" in captured.err

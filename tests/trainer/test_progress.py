@@ -3,15 +3,19 @@ position, the run bar counts epochs of the whole run."""
 
 from __future__ import annotations
 
+import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from epochtrain.trainer.progress import RunProgress
+from epochtrain.trainer.progress import RunProgress, bars_watched
 from tests.trainer.tiny import build
 
 
-def test_zipped_trainers_each_keep_two_lines_of_their_own() -> None:
+def test_zipped_trainers_each_keep_two_lines_of_their_own(terminal: None) -> None:
     a = build("off", max_epoch=3, show_progress=True)
     b = build("off", max_epoch=3, show_progress=True)
     positions = []
@@ -28,7 +32,7 @@ def test_zipped_trainers_each_keep_two_lines_of_their_own() -> None:
 
 
 def test_a_resumed_run_shows_its_true_position(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], terminal: None
 ) -> None:
     trainer = build("off", max_epoch=2)
     trainer.run()
@@ -50,7 +54,7 @@ def test_no_bar_is_opened_without_show_progress() -> None:
     assert trainer._progress.run_bar is None and trainer._progress.epoch_bar is None
 
 
-def test_run_progress_caps_the_epoch_bar_and_closes_twice_safely() -> None:
+def test_run_progress_caps_the_epoch_bar_and_closes_twice_safely(terminal: None) -> None:
     progress = RunProgress()
     progress.start_epoch(1, 2, 100, show=True)
     progress.advance(70, {})
@@ -62,3 +66,52 @@ def test_run_progress_caps_the_epoch_bar_and_closes_twice_safely() -> None:
     progress.end_epoch({}, finished=True)
     assert progress.run_bar is None
     progress.close()
+
+
+def test_stderr_redirected_to_a_file_gets_no_bars_and_keeps_the_epoch_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # under pytest stderr is a capture, not a terminal: as with `epochtrain train 2> log`
+    trainer = build("off", max_epoch=2, show_progress=True, verbose=True)
+    next(trainer)
+    assert trainer._progress.run_bar is None and trainer._progress.epoch_bar is None
+    trainer.run()
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert [ln[:9] for ln in captured.out.splitlines()] == ["Epoch #1:", "Epoch #2:"]
+
+
+def test_bars_are_watched_in_a_terminal_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with open(tmp_path / "log", "w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        assert not bars_watched()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not bars_watched()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert bars_watched()
+
+
+def test_a_run_logged_to_files_gets_each_epoch_line_at_once_and_no_redraws(
+    tmp_path: Path,
+) -> None:
+    # os._exit skips the flush at exit: the lines in the file were flushed as written
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    script = (
+        "import os\n"
+        "from tests.trainer.tiny import build\n"
+        "build('off', max_epoch=2, show_progress=True, verbose=True).run()\n"
+        "os._exit(0)\n"
+    )
+    with open(tmp_path / "out.log", "w") as out, open(tmp_path / "err.log", "w") as err:
+        subprocess.run(
+            [sys.executable, "-c", script],
+            stdout=out,
+            stderr=err,
+            cwd=Path(__file__).parents[2],
+            env=env,
+            check=True,
+        )
+    assert (tmp_path / "err.log").read_text() == ""
+    assert (tmp_path / "out.log").read_text().count("Epoch #") == 2

@@ -2,7 +2,9 @@
 
 The overall bar counts the epochs still to run (a resumed run's earlier epochs are not
 counted, so the ETA reflects the work left); a run that stops early (``stop_fn``) takes its
-remaining epochs off the total. When a run ends, one line says how.
+remaining epochs off the total. When a run ends, one line says how. The bars are drawn
+only where someone watches them (:func:`~epochtrain.trainer.progress.bars_watched`); with
+stderr redirected to a file the lines are the log.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from tqdm import tqdm
 
 from epochtrain.closing import Closing
 from epochtrain.experiment.runs import RESULT_FILE, read_json, spec_of
+from epochtrain.trainer.progress import bars_watched, write_line
 
 __all__ = ["Progress"]
 
 
 class Progress(Closing):
-    """Bars for ``pending`` of ``run_dirs``; every method is a no-op when not ``enabled``."""
+    """Bars for ``pending`` of ``run_dirs`` and a line per run that ends; every method is a
+    no-op when not ``enabled``."""
 
     def __init__(self, run_dirs: Sequence[Path], pending: Sequence[Path], *, enabled: bool):
         self._enabled = enabled
@@ -32,7 +36,7 @@ class Progress(Closing):
         self._bars: dict[Path, tqdm[NoReturn]] = {}
         self._slots: list[Path | None] = []
         self._overall: tqdm[NoReturn] | None = None
-        if enabled:
+        if enabled and bars_watched():
             self._overall = tqdm(
                 total=sum(self._max_epoch.values()), unit="epoch", position=0, dynamic_ncols=True
             )
@@ -81,26 +85,28 @@ class Progress(Closing):
 
     def end(self, run_dir: Path, *, failed: bool) -> None:
         """``run_dir`` has ended and written its ``result.json``."""
-        if self._overall is None:
+        if not self._enabled:
             return
         self._ended.add(run_dir)
         self._n_done += 1
         left = self._max_epoch.get(run_dir, 0) - self._epoch.get(run_dir, 0)
-        self._overall.total = (self._overall.total or 0) - left
-        self._describe()
-        self._overall.refresh()
+        if self._overall is not None:
+            self._overall.total = (self._overall.total or 0) - left
+            self._describe()
+            self._overall.refresh()
         self._drop_bar(run_dir)
-        tqdm.write(f"{run_dir.name}: {_outcome(run_dir, failed)}")
+        write_line(f"[{self._n_done}/{self._n_runs}] {run_dir.name}: {_outcome(run_dir, failed)}")
 
     def restart(self, run_dir: Path, why: str) -> None:
         """``run_dir``'s worker died (``why``); the run will start again from its latest
         checkpoint, and the epochs after it count again."""
-        if self._overall is None:
+        if not self._enabled:
             return
-        self._overall.total = (self._overall.total or 0) + self._epoch.pop(run_dir, 0)
-        self._overall.refresh()
+        if self._overall is not None:
+            self._overall.total = (self._overall.total or 0) + self._epoch.pop(run_dir, 0)
+            self._overall.refresh()
         self._drop_bar(run_dir)
-        tqdm.write(f"{run_dir.name}: {why}; starting it again from its latest checkpoint")
+        write_line(f"{run_dir.name}: {why}; starting it again from its latest checkpoint")
 
     def _drop_bar(self, run_dir: Path) -> None:
         bar = self._bars.pop(run_dir, None)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from epochtrain.algorithms.base import Policy, TrainerKind
 from epochtrain.checkpoint import (
@@ -65,7 +64,7 @@ from epochtrain.stats import (
 from epochtrain.trainer.checks import check_arguments, check_env_spaces
 from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
 from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settings_of
-from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix
+from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix, write_line
 from epochtrain.trainer.safety import EpochSnapshot, note_last_checkpoint, on_nonfinite
 from epochtrain.trainer.state import (
     check_trainer_state,
@@ -309,7 +308,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self.logger.log_info_data(stats.info_stat, self.state.epoch)
         self.logger.flush()  # an epoch's curves reach disk even if the user never closes
         if self.params.verbose:
-            tqdm.write(epoch_line(stats, self.state))
+            write_line(epoch_line(stats, self.state))
         if self.checkpoint_dir is not None and (
             self._finished or self.state.epoch % self.params.checkpoint_every == 0
         ):

@@ -60,7 +60,8 @@ class TrainerParams(Config):
     seed: int = param(0, ge=0)
     """Seed of the run's random streams (python, numpy, torch) and of the envs."""
     show_progress: bool = True
-    """Show a progress bar per epoch."""
+    """Show the run and epoch progress bars (in a terminal or notebook only, not when stderr
+    is redirected to a file)."""
     verbose: bool = False
     """Print one line per epoch."""
     checkpoint_dir: str | None = None

@@ -10,23 +10,47 @@ epoch (``step_per_epoch`` units) and cleared when the run ends; the run bar stay
 
 Beside the count both bars show :func:`progress_postfix`; with ``verbose`` the trainer also
 prints :func:`epoch_line` after each epoch.
+
+Bars are drawn only where someone watches them (:func:`bars_watched`): in a terminal or a
+notebook. With stderr redirected to a file (a cluster job, ``2> log``) tqdm would append a
+redraw, escape codes included, several times a second for the whole run; there the
+``verbose`` epoch lines are the log.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tqdm import autonotebook, std
 from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
     from epochtrain.stats import EpochStats, RunState
     from epochtrain.trainer.base import BaseTrainer
 
-__all__ = ["RunProgress", "epoch_line", "progress_postfix"]
+__all__ = ["RunProgress", "bars_watched", "epoch_line", "progress_postfix", "write_line"]
+
+
+def bars_watched() -> bool:
+    """Whether progress bars would be seen: in a notebook, or with stderr a terminal."""
+    if autonotebook.tqdm is not std.tqdm:  # tqdm.auto chose notebook widgets
+        return True
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
+def write_line(line: str) -> None:
+    """Print ``line`` on stdout without breaking a bar, and flush it: redirected to a file,
+    stdout is block-buffered, and ``tail -f`` would show the lines 8 KiB at a time."""
+    tqdm.write(line)
+    if sys.stdout is not None:
+        sys.stdout.flush()
 
 
 class RunProgress:
-    """The run bar and the epoch bar of one trainer (none while ``show_progress`` is off)."""
+    """The run bar and the epoch bar of one trainer (none while ``show_progress`` is off or
+    nobody watches them, :func:`bars_watched`)."""
 
     def __init__(self) -> None:
         self.run_bar: tqdm[NoReturn] | None = None
@@ -36,7 +60,7 @@ class RunProgress:
 
     def start_epoch(self, epoch: int, max_epoch: int, step_per_epoch: int, *, show: bool) -> None:
         """Epoch ``epoch`` (1-based) begins; open the bars on the first call."""
-        if not show:
+        if not show or (self.run_bar is None and not bars_watched()):
             return
         if self.run_bar is None or self.epoch_bar is None:
             self.run_bar = tqdm(
