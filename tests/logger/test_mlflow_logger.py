@@ -3,7 +3,11 @@ checkpoint artifacts, a resumed run that continues the same MLflow run."""
 
 from __future__ import annotations
 
+import http.server
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +148,30 @@ def test_without_mlflow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "mlflow.tracking", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[mlflow\]'"):
         MLflowLogger()
+
+
+def test_a_tracking_server_that_does_not_answer_is_refused_at_construction() -> None:
+    with socket.socket() as sock:  # a port with nothing listening once the socket closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=f"tracking_uri 'http://127.0.0.1:{port}' does not answer"):
+        MLflowLogger(tracking_uri=f"http://127.0.0.1:{port}")
+    assert time.perf_counter() - start < 30  # MLflow's own retries take about four minutes
+
+
+def test_a_server_that_answers_any_status_is_accepted() -> None:
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with http.server.HTTPServer(("127.0.0.1", 0), NotFound) as server:
+        thread = threading.Thread(target=server.handle_request)
+        thread.start()
+        logger = MLflowLogger(tracking_uri=f"http://127.0.0.1:{server.server_address[1]}")
+        thread.join(timeout=10)
+    assert logger.client.tracking_uri.startswith("http://127.0.0.1:")
+    assert not thread.is_alive()  # the probe reached the server

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,29 @@ from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
 __all__ = ["MLflowLogger", "flatten_params"]
 
 _MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+_PROBE_TIMEOUT = 10.0  # seconds to wait for a tracking server's first answer
+
+
+def _check_server(uri: str) -> None:
+    """Raise unless the tracking server at an http(s) ``uri`` answers (any HTTP status).
+
+    MLflow itself would retry a refused connection for about four minutes at the first
+    record, after the first collect, and then end the run; a typo in the URI or a server
+    not started is better said before any work.
+    """
+    if not uri.startswith(("http://", "https://")):
+        return  # a file or database store: created on first use
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=_PROBE_TIMEOUT):
+            pass
+    except urllib.error.HTTPError:
+        pass  # the server answered: /health is missing or needs a login, the API may not
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ValueError(
+            f"tracking_uri {uri!r} does not answer ({reason}): start the MLflow server "
+            "(mlflow server --port ...) or fix the URI"
+        ) from exc
 
 
 def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -89,6 +114,7 @@ class MLflowLogger(BaseLogger):
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"config must be a mapping (e.g. spec.to_dict()), got {config!r}")
         self.client: Any = tracking.MlflowClient(tracking_uri=tracking_uri)
+        _check_server(self.client.tracking_uri)
         self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else None
         self._new_run: dict[str, Any] = {
             "experiment_name": experiment_name,
