@@ -6,6 +6,8 @@ Each test runs W&B in offline mode inside ``tmp_path`` and reads the local run f
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -171,3 +173,43 @@ def test_without_wandb_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "wandb", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[wandb\]'"):
         WandbLogger()
+
+
+@pytest.mark.parametrize(("key", "mode"), [(None, None), ("short", None), (None, "offline")])
+def test_online_without_a_valid_api_key_is_refused_at_construction(
+    tmp_path: Path, key: str | None, mode: str | None
+) -> None:
+    # a process of its own: W&B keeps the mode it was first set up with for the process
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env |= {"HOME": str(tmp_path), "NETRC": str(tmp_path / "netrc"), "WANDB_SILENT": "true"}
+    if key is not None:
+        env["WANDB_API_KEY"] = key
+    script = (
+        "from epochtrain.logger import WandbLogger\n"
+        f"WandbLogger(project='tests', dir={str(tmp_path)!r}, mode={mode!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    if mode == "offline":
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 1
+    assert "ValueError: mode 'online' (WANDB_MODE or the default) needs a valid W&B API key" in (
+        done.stderr
+    )
+    assert "`wandb login`, set WANDB_API_KEY, or pass mode='offline'" in done.stderr
+    assert not (tmp_path / "wandb").exists()  # refused before anything was written
+
+
+def test_a_process_set_up_offline_needs_no_key_unless_online_is_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make(tmp_path).close()  # W&B set up offline in this process (WANDB_MODE)
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    WandbLogger(project="tests", dir=tmp_path)  # runs offline, as W&B would
+    with pytest.raises(ValueError, match="set up offline in this process"):
+        WandbLogger(project="tests", dir=tmp_path, mode="online")

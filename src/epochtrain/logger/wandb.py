@@ -102,6 +102,8 @@ class WandbLogger(BaseLogger):
             raise TypeError(f"config must be a mapping (e.g. spec.to_dict()), got {config!r}")
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ValueError(f"run_id must be a non-empty str or None, got {run_id!r}")
+        if (mode or os.environ.get("WANDB_MODE") or "online") in ("online", "run"):
+            self._check_login(explicit=mode == "online")
         if dir is not None:
             Path(dir).mkdir(parents=True, exist_ok=True)
         self._init_kwargs: dict[str, Any] = {
@@ -120,6 +122,20 @@ class WandbLogger(BaseLogger):
         self._run: Any = None
         self._floor: dict[Scope, float | None] = dict.fromkeys(SCOPES)
         self._closed = False
+
+    def _check_login(self, *, explicit: bool) -> None:
+        """Online, W&B needs an API key; find it now (or ask for it, in a terminal) rather
+        than at the first record, after the first collect. (Without an ``explicit`` mode, a
+        process whose W&B was set up offline runs offline: no key needed.)"""
+        try:
+            if not self._wandb.login(verify=False) and explicit:
+                raise self._wandb.errors.UsageError("W&B is set up offline in this process")
+        except (self._wandb.errors.UsageError, self._wandb.errors.AuthenticationError) as exc:
+            raise ValueError(
+                f"mode 'online' (WANDB_MODE or the default) needs a valid W&B API key ({exc}): "
+                "run `wandb login`, set WANDB_API_KEY, or pass mode='offline' and upload "
+                "later with `wandb sync`"
+            ) from exc
 
     @property
     def run(self) -> Any:
