@@ -208,6 +208,7 @@ def _normalizer(trainer: Any) -> Any:
 def _one_transition(envs: Any) -> Any:
     """A one-transition buffer, so an offline algorithm's trainer can be built for testing."""
     from epochtrain.data import ReplayBuffer
+    from epochtrain.data.actions import policy_action_map
 
     buffer = ReplayBuffer(1, 1)
     try:
@@ -216,6 +217,8 @@ def _one_transition(envs: Any) -> Any:
         obs_next, rew, terminated, truncated, _ = envs.step(act)
     finally:
         envs.close()
+    to_policy = policy_action_map(envs.single_action_space)
+    act = act if to_policy is None else to_policy(act)
     buffer.add(obs, act, rew, terminated, truncated, obs_next)
     return buffer
 

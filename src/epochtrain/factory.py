@@ -17,6 +17,7 @@ import torch
 
 from epochtrain.algorithms import Policy
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
+from epochtrain.data.buffer_storage import check_spaces_memory
 from epochtrain.envs import make_envs
 from epochtrain.logger import BaseLogger
 from epochtrain.registry import ALGORITHMS
@@ -82,40 +83,51 @@ def make_trainer(
         )
     # resume only once trainer.spec is set, so the checkpoint's spec is compared with it
     params = spec.trainer.replace(resume_from=None)
-    test_envs = make_envs(spec.env_id, spec.num_test_envs, backend=spec.env_backend)
-    with torch.random.fork_rng():
-        torch.manual_seed(spec.seed)
-        policy = entry.policy_cls(
-            test_envs.single_observation_space,
-            test_envs.single_action_space,
-            spec.config,
-            device=spec.device,
+    envs = [make_envs(spec.env_id, spec.num_test_envs, backend=spec.env_backend)]
+    try:  # a refused setting leaves no env (nor env process) behind
+        with torch.random.fork_rng():
+            torch.manual_seed(spec.seed)
+            policy = entry.policy_cls(
+                envs[0].single_observation_space,
+                envs[0].single_action_space,
+                spec.config,
+                device=spec.device,
+            )
+        train_collector = None
+        if entry.kind != "offline":
+            envs.append(make_envs(spec.env_id, spec.num_envs, backend=spec.env_backend))
+            train_buffer = _make_buffer(spec)
+            check_spaces_memory(  # a replay buffer too large is refused, not killed when full
+                envs[1].single_observation_space,
+                envs[1].single_action_space,
+                train_buffer.rows,
+                train_buffer.num_envs,
+            )
+            train_collector = Collector(policy, envs[1], train_buffer)
+        trainer = entry.trainer_cls(
+            policy=policy,
+            params=params,
+            train_collector=train_collector,
+            test_collector=Collector(policy, envs[0], exploration=False),
+            buffer=buffer,
+            logger=_make_logger(spec) if logger is None else logger,
+            hooks=hooks,
+            train_fn=train_fn,
+            test_fn=test_fn,
+            stop_fn=_stop_at(spec.stop_at) if isinstance(stop_fn, _Unset) else stop_fn,
+            save_best_fn=save_best_fn,
         )
-    test_collector = Collector(policy, test_envs, exploration=False)
-    if isinstance(stop_fn, _Unset):
-        stop_fn = _stop_at(spec.stop_at)
-    if logger is None:
-        logger = _make_logger(spec)
-    train_collector = None
-    if entry.kind != "offline":
-        train_envs = make_envs(spec.env_id, spec.num_envs, backend=spec.env_backend)
-        train_collector = Collector(policy, train_envs, _make_buffer(spec))
-    trainer = entry.trainer_cls(
-        policy=policy,
-        params=params,
-        train_collector=train_collector,
-        test_collector=test_collector,
-        buffer=buffer,
-        logger=logger,
-        hooks=hooks,
-        train_fn=train_fn,
-        test_fn=test_fn,
-        stop_fn=stop_fn,
-        save_best_fn=save_best_fn,
-    )
+    except BaseException:
+        for env in envs:
+            env.close()
+        raise
     trainer.spec = spec.to_dict()
     if spec.trainer.resume_from is not None:
-        trainer.load_checkpoint(spec.trainer.resume_from)
+        try:
+            trainer.load_checkpoint(spec.trainer.resume_from)
+        except BaseException:
+            trainer.close()
+            raise
     return trainer
 
 

@@ -175,6 +175,18 @@ def box_bounds(space: gym.Space[Any]) -> tuple[Tensor, Tensor]:
         raise ValueError(
             f"action_space must be a 1-d gymnasium.spaces.Box with finite bounds, got {space!r}"
         )
+    if space.dtype.kind != "f":
+        raise ValueError(
+            f"action_space {space!r} holds {space.dtype} actions; this policy's actions are "
+            "real numbers: give the env a float Box (and round in the env), or use an "
+            "algorithm for Discrete actions"
+        )
+    flat = np.flatnonzero(space.low >= space.high)
+    if len(flat):
+        raise ValueError(
+            f"action_space {space!r} has low >= high in dimension(s) {flat.tolist()}: "
+            "such a dimension has one action or none; drop it from the env's action space"
+        )
     low = torch.as_tensor(space.low, dtype=torch.float32)
     high = torch.as_tensor(space.high, dtype=torch.float32)
     return (high + low) / 2, (high - low) / 2

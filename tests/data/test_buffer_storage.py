@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from epochtrain.data import ReplayBuffer
+from epochtrain import make_trainer
+from epochtrain.data import ReplayBuffer, buffer_storage
 from epochtrain.data.buffer_storage import (
     BUFFER_FORMAT_VERSION,
     check_state,
@@ -103,3 +105,42 @@ def test_a_state_file_of_another_format_version_is_refused(tmp_path: Path) -> No
     torch.save(state, tmp_path / "new.pt")
     with pytest.raises(CheckpointError, match=r"new\.pt.*format version 1"):
         read_state_file(tmp_path / "new.pt")
+
+
+def test_a_buffer_larger_than_the_memory_available_is_refused_naming_buffer_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 1,000 transitions of (8, 8, 3) uint8 observations: 2 * 192 + 8 + 7 = 399 bytes each
+    monkeypatch.setattr(buffer_storage, "available_memory", lambda: 400_000)
+    buf = ReplayBuffer(1_000, 2)
+    obs = np.zeros((2, 8, 8, 3), np.uint8)
+    with pytest.raises(
+        ValueError, match=r"buffer_size=1,000 transitions of \(8, 8, 3\) uint8"
+    ) as e:
+        buf.add(obs, np.zeros(2, np.int64), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), obs)
+    assert "need 0.4 MB" in str(e.value) and "80% of the 0.4 MB" in str(e.value)
+    assert "at most 802 here" in str(e.value)  # 320,000 bytes / 399, rounded down to even
+    small = ReplayBuffer(802, 2)
+    small.add(obs, np.zeros(2, np.int64), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), obs)
+    assert len(small) == 2
+
+
+def test_make_trainer_refuses_a_buffer_too_large_before_any_work_and_closes_its_envs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(buffer_storage, "available_memory", lambda: 10_000_000)
+    closed: list[str] = []
+    real_close = gym.vector.SyncVectorEnv.close
+    monkeypatch.setattr(
+        gym.vector.SyncVectorEnv,
+        "close",
+        lambda self, **kw: closed.append("env") or real_close(self, **kw),
+    )
+    with pytest.raises(ValueError, match=r"buffer_size=1,000,000 transitions of \(4,\) float32"):
+        make_trainer("dqn", "CartPole-v1", buffer_size=1_000_000)
+    assert closed == ["env", "env"]  # the test envs and the training envs
+
+
+def test_the_memory_available_is_read_from_the_system() -> None:
+    available = buffer_storage.available_memory()
+    assert available is None or 0 < available < 1 << 50

@@ -152,14 +152,13 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         discrete = isinstance(action_space, gym.spaces.Discrete)
         bounds: tuple[Tensor, Tensor] | None = None
         if not discrete:
-            try:
-                bounds = box_bounds(action_space)
-            except ValueError as exc:
+            if not isinstance(action_space, gym.spaces.Box):
                 raise ValueError(
                     "action_space must be gymnasium.spaces.Discrete or a 1-d "
                     f"gymnasium.spaces.Box with finite bounds for {type(self).__name__}, "
                     f"got {action_space!r}"
-                ) from exc
+                )
+            bounds = box_bounds(action_space)  # a Box it cannot take: says why
         super().__init__(observation_space, action_space, config, device=device)
         self.discrete = discrete
         self.gamma, self.tau, self.n_step = config.gamma, config.tau, config.n_step

@@ -23,6 +23,7 @@ from epochtrain.data.buffer_storage import (
     ObsArray,
     alloc,
     alloc_obs,
+    check_memory,
     check_n_step,
     check_state,
     flat_views,
@@ -133,6 +134,7 @@ class ReplayBuffer:
         act_arr = np.asarray(act)
         if act_arr.dtype == np.float64:
             act_arr = act_arr.astype(np.float32)
+        check_memory(obs, act_arr, rows, n)
         storage: dict[str, Any] = {
             "obs": alloc_obs(obs, rows, n),
             "obs_next": alloc_obs(obs, rows, n),

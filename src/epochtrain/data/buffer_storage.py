@@ -12,8 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector.utils import create_empty_array
 from torch import Tensor
 
 from epochtrain.data.batch import Obs
@@ -26,7 +28,9 @@ __all__ = [
     "ObsArray",
     "alloc",
     "alloc_obs",
+    "check_memory",
     "check_n_step",
+    "check_spaces_memory",
     "check_state",
     "first_shape",
     "flat_views",
@@ -54,6 +58,68 @@ def alloc(example: np.ndarray, rows: int, num_envs: int) -> Tensor:
     return torch.zeros(
         (rows, num_envs, *arr.shape[1:]), dtype=torch.from_numpy(arr[:0].astype(dtype)).dtype
     )
+
+
+def _bytes_per_row(example: ObsArray) -> int:
+    """Bytes of one env's entry of ``example`` (a leading env axis) once stored."""
+    if isinstance(example, dict):
+        return sum(_bytes_per_row(v) for v in example.values())
+    arr = np.asarray(example)
+    itemsize = 4 if arr.dtype == np.float64 else arr.dtype.itemsize
+    return int(np.prod(arr.shape[1:], dtype=np.int64)) * itemsize
+
+
+MEMORY_SHARE = 0.8
+"""The most of the available memory a replay buffer may take (the rest: the process, its
+envs, the networks)."""
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations (Linux ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(obs: ObsArray, act: np.ndarray, rows: int, num_envs: int) -> None:
+    """Raise ``ValueError`` naming ``buffer_size`` if a buffer of ``rows`` x ``num_envs``
+    transitions like ``obs`` and ``act`` (a leading env axis) would take more than
+    :data:`MEMORY_SHARE` of the memory available. Linux hands out zeroed pages lazily, so
+    without this check a buffer too large is not refused: the kernel kills the process,
+    without a word, once the buffer fills up."""
+    per_row = 2 * _bytes_per_row(obs) + _bytes_per_row(act) + 4 + 3  # rew, three flags
+    needed = per_row * rows * num_envs
+    available = available_memory()
+    if available is None or needed <= MEMORY_SHARE * available:
+        return
+    kind = "dict" if isinstance(obs, dict) else f"{np.asarray(obs).shape[1:]} {obs.dtype}"
+    fits = int(MEMORY_SHARE * available) // per_row // num_envs * num_envs
+    raise ValueError(
+        f"buffer_size={rows * num_envs:,} transitions of {kind} observations need "
+        f"{_size(needed)} (obs and obs_next are stored), more than "
+        f"{MEMORY_SHARE:.0%} of the {_size(available)} of memory available: lower "
+        f"buffer_size (at most {fits:,} here)"
+    )
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.1f} MB"
+
+
+def check_spaces_memory(
+    observation_space: gym.Space[Any], action_space: gym.Space[Any], rows: int, num_envs: int
+) -> None:
+    """:func:`check_memory` for the observations and actions of one env's spaces, before
+    any transition exists (spaces a buffer cannot hold are left to the buffer to refuse)."""
+    obs = create_empty_array(observation_space, num_envs)
+    act = create_empty_array(action_space, num_envs)
+    if isinstance(obs, np.ndarray | dict) and isinstance(act, np.ndarray):
+        check_memory(obs, act, rows, num_envs)
 
 
 def alloc_obs(example: ObsArray, rows: int, num_envs: int) -> Obs:

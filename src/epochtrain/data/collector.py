@@ -18,6 +18,10 @@ env's ``step()`` or ``reset()`` closes the env (no worker process is left behind
 re-raised as an ``EnvError`` naming the sub-env and the env id (see
 :mod:`epochtrain.data.env_faults`).
 
+The policy's actions reach the env through :func:`~epochtrain.data.actions.env_action_map`
+(clipped to a bounded Box, shifted to a ``Discrete``'s ``start``); the buffer keeps the
+policy's own actions.
+
 An optional ``obs_transform(obs, update)`` (set by ``ObservationNormalizer``) maps every
 observation the env returns before the policy or the buffer sees it; ``update`` is True
 for new observations and False for the final observations of finished episodes.
@@ -40,6 +44,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.env_faults import check_finite, env_label, failed_sub_env, terminate_workers
@@ -129,6 +134,8 @@ class Collector:
         self.exploration = exploration
         self.num_envs = env.num_envs
         self.same_step = mode == AutoresetMode.SAME_STEP
+        self._to_env = env_action_map(env.single_action_space)
+        self._from_env = policy_action_map(env.single_action_space)
         # With copy=False the env overwrites its observation array in place on each step.
         self._copy_obs = not getattr(env.unwrapped, "copy", True)
         self._obs: Any = None
@@ -205,18 +212,21 @@ class Collector:
         no_extras: dict[str, np.ndarray] = {}
         extras = no_extras
         float_obs = isinstance(obs, np.ndarray) and obs.dtype.kind == "f"
+        to_env, from_env = self._to_env, self._from_env
         with torch.inference_mode():
             while True:
                 if random:
-                    act = env.action_space.sample()
+                    env_act = env.action_space.sample()
+                    act = env_act if from_env is None else from_env(env_act)
                 else:
                     act_t, extras_t = policy.act(policy.to_tensor(_to_tensor(obs)), deterministic)
                     act = act_t.cpu().numpy()
                     extras = (
                         {k: v.cpu().numpy() for k, v in extras_t.items()} if extras_t else no_extras
                     )
+                    env_act = act if to_env is None else to_env(act)
                 try:
-                    obs_next, rew, terminated, truncated, info = env.step(act)
+                    obs_next, rew, terminated, truncated, info = env.step(env_act)
                 except Exception as exc:
                     self._env_failed(exc, "step", steps)
                 # one reduction per array; a NaN or inf anywhere makes the sum non-finite

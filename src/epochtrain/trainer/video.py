@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from epochtrain.data.actions import env_action_map
 from epochtrain.data.collector import Actor, ObsTransform
 from epochtrain.data.io import replacing
 from epochtrain.extras import require
@@ -125,6 +126,7 @@ def _record_episode(
 ) -> None:
     obs, _ = env.reset(seed=seed)
     steps = 0
+    to_env = env_action_map(env.action_space)
     with torch.inference_mode():
         while True:
             frame = env.render()
@@ -138,7 +140,10 @@ def _record_episode(
             if obs_transform is not None:
                 batch = obs_transform(batch, False)
             act, _ = policy.act(policy.to_tensor(_as_tensor(batch)), True)
-            obs, _, terminated, truncated, _ = env.step(act.cpu().numpy()[0])
+            acts = act.cpu().numpy()
+            obs, _, terminated, truncated, _ = env.step(
+                (acts if to_env is None else to_env(acts))[0]
+            )
             steps += 1
             if terminated or truncated or (max_steps is not None and steps >= max_steps):
                 frame = env.render()
