@@ -186,3 +186,27 @@ def test_runs_started_in_the_same_second_get_a_directory_each(
     specs = [RunSpec.from_file(d / "spec.toml") for d in dirs]
     assert [s.config.lr for s in specs] == [0.001, 0.0003, 0.0001]
     assert [s.trainer.checkpoint_dir for s in specs] == [str(d / "checkpoints") for d in dirs]
+
+
+@pytest.mark.parametrize(
+    ("setting", "fragment"),
+    [("algo=dqn", "choose it with --algo dqn"), ("env_id=Acrobot-v1", "with --env Acrobot-v1")],
+)
+@pytest.mark.parametrize("command", ["train", "config"])
+def test_set_of_algo_or_env_names_the_cli_option_not_the_python_api(
+    command: str, setting: str, fragment: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    logdir = ["--logdir", str(tmp_path)] if command == "train" else []
+    assert main([command, "--algo", "ppo", "--set", setting, *logdir]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err
+    assert "RunSpec" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_set_with_an_sb3_name_suggests_the_epochtrain_setting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["config", "--algo", "ppo", "--set", "n_epochs=4"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown setting 'n_epochs'" in err and "(did you mean 'repeat_per_collect'?)" in err

@@ -3,6 +3,7 @@ any work starts, or a behaviour that now holds."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from epochtrain import (
     make_trainer,
 )
 from epochtrain.envs import make_envs
+from epochtrain.spec import BufferSpec, LogSpec
 from epochtrain.stats import CollectStats
 from epochtrain.trainer.params import SettingsMismatchError
 from tests.trainer.tiny import build
@@ -315,3 +317,50 @@ def test_spec_settings_that_conflict_are_refused() -> None:
         warnings.simplefilter("error")
         spec = RunSpec.tuned("ppo", "CartPole-v1").with_overrides({"episode_per_collect": 4})
     assert spec.trainer.step_per_collect is None  # collect by episodes instead
+
+
+# ------------------------------------------------------------------ other libraries' names
+@pytest.mark.parametrize(
+    ("algo", "name", "suggested"),
+    [
+        ("ppo", "n_epochs", "'repeat_per_collect'"),  # not max_epoch: SB3's passes per rollout
+        ("ppo", "n_steps", "'step_per_collect'"),  # not lr_anneal_steps
+        ("ppo", "learning_rate", "'lr'"),
+        ("dqn", "learning_starts", "'warmup_steps'"),
+        ("dqn", "target_update_interval", "'target_update_freq'"),
+        ("sac", "lr", "'actor_lr' or 'alpha_lr' or 'critic_lr'"),
+        ("sac", "learning_rate", "'actor_lr' or 'alpha_lr' or 'critic_lr'"),
+        ("sac", "ent_coef", "'alpha' or 'auto_alpha'"),
+        ("sac", "gradient_steps", "'update_per_step'"),
+        ("ppo", "update_step_num_repetitions", "'repeat_per_collect'"),  # Tianshou v2
+    ],
+)
+def test_an_unknown_name_from_sb3_or_tianshou_suggests_the_setting_that_plays_its_part(
+    algo: str, name: str, suggested: str
+) -> None:
+    spec = RunSpec.default(algo, "CartPole-v1")
+    with pytest.raises(ValueError) as exc:
+        spec.with_overrides({name: 1})
+    message = str(exc.value)
+    assert f"unknown setting {name!r} for algo {algo!r} (did you mean {suggested}?);" in message
+    assert "\n" not in message
+
+
+def test_every_name_the_other_library_table_suggests_is_a_setting() -> None:
+    from epochtrain.config import OTHER_LIBRARY_NAMES
+
+    settings = {f.name for f in dataclasses.fields(RunSpec)}
+    for entry in ALGORITHMS.values():
+        for cls in (entry.config_cls, entry.params_cls, BufferSpec, LogSpec):
+            settings |= {f.name for f in dataclasses.fields(cls)}
+    unknown = {t for targets in OTHER_LIBRARY_NAMES.values() for t in targets} - settings
+    assert not unknown
+
+
+def test_a_spec_file_with_an_infinite_setting_names_the_file_and_the_field(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('algo = "ppo"\nenv_id = "CartPole-v1"\n[config]\nent_coef = inf\n')
+    with pytest.raises(ValueError, match=r"run\.toml: PPOConfig\.ent_coef must be finite, got inf"):
+        RunSpec.from_file(path)

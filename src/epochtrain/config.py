@@ -13,6 +13,8 @@ literal under the field) is its help text in the CLI and the docs::
 Construction checks each field against its type and range (:func:`validate`) and then the
 cross-field rules of :meth:`Config.check`: a bad value is a ``ValueError`` (``TypeError``
 for a wrong type) naming the class, the field, the value, what is allowed and the fix.
+A float must be finite (NaN is never allowed); ``param(..., allow_inf=True)`` admits
+``inf`` where it has a meaning, such as "no clipping".
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 __all__ = [
+    "OTHER_LIBRARY_NAMES",
     "Config",
     "FieldInfo",
     "check_field_names",
@@ -55,6 +58,7 @@ class _Range:
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
+    allow_inf: bool = False
 
     def holds(self, value: float) -> bool:
         return (
@@ -84,10 +88,14 @@ def param(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    allow_inf: bool = False,
 ) -> T:
     """A field default with its allowed range (bounds apply to numbers, and to each element
-    of a tuple of numbers; ``None`` is allowed when the type says ``| None``)."""
-    rng = _Range(ge=ge, gt=gt, le=le, lt=lt)
+    of a tuple of numbers; ``None`` is allowed when the type says ``| None``).
+
+    A float must be finite unless ``allow_inf`` (for a value where ``inf`` means something,
+    such as a clip that is off); NaN is always rejected."""
+    rng = _Range(ge=ge, gt=gt, le=le, lt=lt, allow_inf=allow_inf)
     field: T = dataclasses.field(default=default, metadata={_RANGE: rng})
     return field
 
@@ -103,9 +111,63 @@ class FieldInfo:
     allowed: str
 
 
+OTHER_LIBRARY_NAMES: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
+    {
+        # Stable-Baselines3 (constructor and ``learn`` arguments)
+        "learning_rate": ("lr",),
+        # off-policy (SB3 >= 2.7): n-step returns; on-policy: env steps per env per rollout
+        "n_steps": ("n_step", "step_per_collect"),
+        "n_epochs": ("repeat_per_collect",),
+        "n_envs": ("num_envs",),
+        "learning_starts": ("warmup_steps",),
+        "train_freq": ("step_per_collect",),
+        "gradient_steps": ("update_per_step",),
+        "target_update_interval": ("target_update_freq",),
+        "exploration_fraction": ("epsilon_decay_steps",),
+        "exploration_initial_eps": ("epsilon_start",),
+        "exploration_final_eps": ("epsilon_end",),
+        "ent_coef": ("alpha", "auto_alpha"),  # SAC's temperature; "auto" tunes it
+        "target_policy_noise": ("policy_noise",),
+        "target_noise_clip": ("noise_clip",),
+        "action_noise": ("exploration_noise",),
+        "net_arch": ("hidden",),
+        "rms_prop_eps": ("rms_eps",),
+        "total_timesteps": ("max_epoch", "step_per_epoch"),
+        # Tianshou v2 trainer params and algorithm arguments (v1: estimation_step, eps_clip)
+        "max_epochs": ("max_epoch",),
+        "epoch_num_steps": ("step_per_epoch",),
+        "collection_step_num_env_steps": ("step_per_collect",),
+        "collection_step_num_episodes": ("episode_per_collect",),
+        "update_step_num_repetitions": ("repeat_per_collect",),
+        "update_step_num_gradient_steps_per_sample": ("update_per_step",),
+        "test_step_num_episodes": ("episode_per_test",),
+        "test_in_training": ("test_in_train",),
+        "num_training_envs": ("num_envs",),
+        "n_step_return_horizon": ("n_step",),
+        "estimation_step": ("n_step",),
+        "eps_clip": ("clip_range",),
+        "hidden_sizes": ("hidden",),
+    }
+)
+"""Setting names of Stable-Baselines3 and Tianshou -> the epochtrain settings that play their
+part, for the "did you mean" of an unknown name (spelling alone misleads: SB3's ``n_epochs``
+is ``repeat_per_collect``, not ``max_epoch``)."""
+
+
 def close_matches(name: str, choices: typing.Iterable[str]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``."""
-    found = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``.
+
+    A name from another library (:data:`OTHER_LIBRARY_NAMES`) suggests its counterparts
+    among ``choices`` and nothing else; ``lr`` where only per-network rates exist suggests
+    them (``actor_lr``, ``critic_lr``...); any other name, the closest spellings.
+    """
+    pool = sorted(set(choices))
+    wanted = OTHER_LIBRARY_NAMES.get(name, (name,))
+    found = [w for w in wanted if w in pool and w != name]
+    if "lr" in wanted and "lr" not in pool:
+        found += [c for c in pool if c.endswith("_lr")]
+    if not found and name not in OTHER_LIBRARY_NAMES:
+        found = difflib.get_close_matches(name, pool, n=3, cutoff=0.6)
     if not found:
         return ""
     return " (did you mean " + " or ".join(repr(f) for f in found) + "?)"
@@ -167,7 +229,7 @@ def describe(tp: Any) -> str:
 def _allowed(tp: Any, rng: _Range | None) -> str:
     text = describe(tp)
     if rng is not None and rng.text():
-        text += f" ({rng.text()})"
+        text += f" ({rng.text()}{', inf allowed' if rng.allow_inf else ''})"
     return text
 
 
@@ -254,7 +316,16 @@ def _in_range(value: Any, rng: _Range) -> bool:
     if isinstance(value, tuple):
         return all(_in_range(v, rng) for v in value)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return not math.isnan(value) and rng.holds(value)
+        return rng.holds(value)
+    return True
+
+
+def _finite(value: Any, allow_inf: bool) -> bool:
+    """No NaN in ``value`` (a float or a tuple of them), and no inf unless ``allow_inf``."""
+    if isinstance(value, tuple):
+        return all(_finite(v, allow_inf) for v in value)
+    if isinstance(value, float):
+        return not math.isnan(value) and (allow_inf or not math.isinf(value))
     return True
 
 
@@ -274,6 +345,13 @@ def validate(config: Config) -> None:
                 f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "
                 f"set {f.name} to {describe(tp)}"
             ) from None
+        allow_inf = rng is not None and rng.allow_inf
+        if not _finite(coerced, allow_inf):
+            must, fix = ("a number, not NaN", "") if allow_inf else ("finite", "a finite ")
+            raise ValueError(
+                f"{cls.__name__}.{f.name} must be {must}, got {value!r}: "
+                f"set {f.name} to {fix}{_allowed(tp, rng)}"
+            )
         if rng is not None and not _in_range(coerced, rng):
             raise ValueError(
                 f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -117,8 +116,6 @@ class RunSpec(Config):
                 f"buffer.prioritized_replay=True needs an off-policy algorithm (one that "
                 f"samples minibatches from a replay buffer, such as 'dqn'), got algo={self.algo!r}"
             )
-        if self.stop_at is not None and not math.isfinite(self.stop_at):
-            raise ValueError(f"RunSpec.stop_at must be a finite number or None, got {self.stop_at}")
 
     # ---------------------------------------------------------------- building
     @classmethod

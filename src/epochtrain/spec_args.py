@@ -6,12 +6,19 @@ that build runs (``train``, ``config``, ``sweep``): ``--algo``, ``--env``, ``--c
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from epochtrain.registry import ALGORITHMS
 
-__all__ = ["add_spec_options", "arg_type", "resolve_spec", "settings_help", "spec_flags"]
+__all__ = [
+    "add_spec_options",
+    "arg_type",
+    "parse_set_options",
+    "resolve_spec",
+    "settings_help",
+    "spec_flags",
+]
 
 
 def spec_flags() -> dict[str, tuple[str, Any]]:
@@ -141,8 +148,9 @@ def settings_help() -> str:
 
 def resolve_spec(args: argparse.Namespace) -> Any:
     """The run spec of ``train``/``config``: the file or tuned preset, then flags, then --set."""
-    from epochtrain.spec import RunSpec, parse_value
+    from epochtrain.spec import RunSpec
 
+    settings = parse_set_options(args.set)
     if args.config is not None:
         spec = RunSpec.from_file(args.config)
         if args.algo is not None and args.algo != spec.algo:
@@ -158,9 +166,28 @@ def resolve_spec(args: argparse.Namespace) -> Any:
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
             overrides[name] = value
-    for item in args.set:
-        name, eq, text = item.partition("=")
+    return spec.with_overrides({**overrides, **settings})
+
+
+_CHOSEN_BY_FLAG = {"algo": "--algo", "env_id": "--env"}
+"""Spec fields a ``--set`` cannot change: the run is built for them, by these options."""
+
+
+def parse_set_options(items: Sequence[str]) -> dict[str, Any]:
+    """``{name: value}`` of ``--set NAME=VALUE`` options (values as
+    :func:`~epochtrain.spec.parse_value` reads them); ``ValueError`` for an item without
+    ``=``, and for ``algo`` or ``env_id``, naming the option that chooses them."""
+    from epochtrain.spec import parse_value
+
+    overrides: dict[str, Any] = {}
+    for item in items:
+        name, eq, text = (part.strip() for part in item.partition("="))
         if not eq or not name:
             raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
-        overrides[name.strip()] = parse_value(text.strip())
-    return spec.with_overrides(overrides)
+        if name in _CHOSEN_BY_FLAG:
+            flag = _CHOSEN_BY_FLAG[name]
+            raise ValueError(
+                f"--set {name}={text}: {name} cannot be set; choose it with {flag} {text}"
+            )
+        overrides[name] = parse_value(text)
+    return overrides

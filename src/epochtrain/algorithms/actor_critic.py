@@ -120,6 +120,12 @@ def _action_dim(action_space: gym.Space[Any], algo: str) -> int:
     if isinstance(action_space, gym.spaces.Discrete):
         return int(action_space.n)
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        if action_space.dtype.kind != "f":
+            raise ValueError(
+                f"action_space {action_space!r} holds {action_space.dtype} actions; {algo}'s "
+                "Gaussian actions are real numbers: give the env a float Box (and round in "
+                "the env), or a Discrete action space"
+            )
         return int(action_space.shape[0])
     raise ValueError(
         "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
@@ -137,15 +143,16 @@ class ActorCriticConfig(Config):
     """Discount factor."""
     vf_coef: float = param(0.5, ge=0)
     """Weight of the critic's value loss in the total loss."""
-    max_grad_norm: float | None = param(0.5, gt=0)
-    """Clip the gradient norm to this (None: no clipping)."""
+    max_grad_norm: float | None = param(0.5, gt=0, allow_inf=True)
+    """Clip the gradient norm to this (None: no clipping; inf: no clipping, but a NaN or inf
+    gradient norm is still caught)."""
     normalize_advantage: bool = True
     """Scale each minibatch's advantages to mean 0 and std 1."""
     hidden: tuple[int, ...] = param((64, 64), ge=1)
     """Hidden layer sizes of the actor and critic MLPs."""
     lr_anneal_steps: int | None = param(None, ge=1)
     """Decay the learning rate linearly to 0 over this many env steps (None: constant)."""
-    log_std_init: float = 0.0
+    log_std_init: float = param(0.0, ge=-20, le=20)
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
 
 
@@ -164,8 +171,10 @@ class ActorCriticPolicy(Policy[TStats], ABC):
 
     Leaves (:class:`~epochtrain.algorithms.PG`, :class:`~epochtrain.algorithms.A2C`,
     :class:`~epochtrain.algorithms.PPO`) add their optimizer and ``learn``. Box actions
-    are not clipped: the env must accept any real action (Pendulum clips itself; else
-    wrap it with ``gymnasium.wrappers.ClipAction``). ``lr_anneal_steps`` (env steps, or
+    are Gaussian samples of any real value; the collector clips them to the env's bounds
+    (:mod:`epochtrain.data.actions`) and the buffer keeps the samples, so a Box far from
+    ``[-1, 1]`` is best rescaled (``gymnasium.wrappers.RescaleAction``).
+    ``lr_anneal_steps`` (env steps, or
     ``None`` for constant) decays the learning rate linearly to zero.
     """
 

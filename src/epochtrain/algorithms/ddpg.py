@@ -63,8 +63,9 @@ class DDPGConfig(Config):
     """Polyak rate of the target networks (1: hard copy)."""
     exploration_noise: float = param(0.1, ge=0)
     """Std of the Gaussian exploration noise, as a fraction of the action half-range."""
-    max_grad_norm: float | None = param(None, gt=0)
-    """Clip the gradient norm to this (None: no clipping)."""
+    max_grad_norm: float | None = param(None, gt=0, allow_inf=True)
+    """Clip the gradient norm to this (None: no clipping; inf: no clipping, but a NaN or inf
+    gradient norm is still caught)."""
     n_step: int = param(1, ge=1)
     """Learn from n-step returns (1: one-step targets): the critics' target sums the next
     n rewards and bootstraps from the n-th next state, with no off-policy correction, as

@@ -120,8 +120,9 @@ class DQNConfig(Config):
     """Exploration rate at the end of the schedule."""
     epsilon_decay_steps: int = param(100_000, ge=0)
     """Env steps over which epsilon falls linearly from epsilon_start to epsilon_end."""
-    max_grad_norm: float | None = param(10.0, gt=0)
-    """Clip the gradient norm to this (None: no clipping)."""
+    max_grad_norm: float | None = param(10.0, gt=0, allow_inf=True)
+    """Clip the gradient norm to this (None: no clipping; inf: no clipping, but a NaN or inf
+    gradient norm is still caught)."""
     n_step: int = param(1, ge=1)
     """Learn from n-step returns (1: one-step targets)."""
     dueling: bool = False

@@ -56,8 +56,9 @@ class PGConfig(ActorCriticConfig):
 
     lr: float = param(1e-3, gt=0)
     """Adam learning rate."""
-    max_grad_norm: float | None = param(None, gt=0)
-    """Clip the gradient norm to this (None: no clipping)."""
+    max_grad_norm: float | None = param(None, gt=0, allow_inf=True)
+    """Clip the gradient norm to this (None: no clipping; inf: no clipping, but a NaN or inf
+    gradient norm is still caught)."""
     baseline: bool = True
     """Learn ``V(s)`` and subtract it from the returns (False: plain REINFORCE)."""
 

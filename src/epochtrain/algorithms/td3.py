@@ -55,8 +55,9 @@ class TD3Config(DDPGConfig):
 
     policy_noise: float = param(0.2, ge=0)
     """Std of the target policy smoothing noise, as a fraction of the action half-range."""
-    noise_clip: float = param(0.5, ge=0)
-    """Clip of the target policy smoothing noise, as a fraction of the half-range."""
+    noise_clip: float = param(0.5, ge=0, allow_inf=True)
+    """Clip of the target policy smoothing noise, as a fraction of the half-range (inf: no
+    clip; the smoothed action is still clipped to the action bounds)."""
     policy_delay: int = param(2, ge=1)
     """Critic steps per actor (and target) step."""
 

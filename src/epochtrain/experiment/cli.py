@@ -101,17 +101,14 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     from epochtrain.spec import parse_value
+    from epochtrain.spec_args import parse_set_options
 
     overrides: dict[str, Any] = {}
     for flag, (name, _) in _setting_flags().items():
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
             overrides[name] = parse_value(value) if isinstance(value, str) else value
-    for item in args.set:
-        name, eq, text = item.partition("=")
-        if not eq or not name:
-            raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
-        overrides[name.strip()] = parse_value(text.strip())
+    overrides.update(parse_set_options(args.set))
     return overrides
 
 
