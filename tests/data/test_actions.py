@@ -56,14 +56,14 @@ def vec(space: gym.Space[Any], n: int = 2) -> gym.vector.SyncVectorEnv:
 
 
 def seen(env: gym.vector.SyncVectorEnv) -> np.ndarray:
-    return np.stack([a for sub in env.envs for a in sub.unwrapped.seen])  # type: ignore[attr-defined]
+    return np.stack([a for sub in env.envs for a in sub.unwrapped.seen])
 
 
 def test_a_bounded_box_gets_clipped_actions_and_the_buffer_keeps_the_policys() -> None:
     space = gym.spaces.Box(np.array([0.0, 10.0], np.float32), np.array([1.0, 20.0], np.float32))
     env = vec(space)
     buffer = ReplayBuffer(100, 2)
-    Collector(Fixed([-3.0, 25.0]), env, buffer).collect(n_step=10)  # type: ignore[arg-type]
+    Collector(Fixed([-3.0, 25.0]), env, buffer).collect(n_step=10)
     assert (seen(env) == [0.0, 20.0]).all()
     assert (buffer.sample(8).act.numpy() == [-3.0, 25.0]).all()
 
@@ -71,7 +71,7 @@ def test_a_bounded_box_gets_clipped_actions_and_the_buffer_keeps_the_policys() -
 def test_a_discrete_with_a_start_gets_shifted_actions_and_the_buffer_keeps_indices() -> None:
     env = vec(gym.spaces.Discrete(3, start=1))
     buffer = ReplayBuffer(100, 2)
-    collector = Collector(Fixed(2), env, buffer)  # type: ignore[arg-type]
+    collector = Collector(Fixed(2), env, buffer)
     collector.collect(n_step=10)
     assert set(seen(env).tolist()) == {3}
     collector.collect(n_step=40, random=True)  # warm-up: the env's samples, 1..3

@@ -57,3 +57,21 @@ def test_the_sub_env_whose_step_raised_is_found_from_the_traceback() -> None:
         envs.step(np.array([0, 0]))
     assert failed_sub_env(envs, info.value) == 1
     assert failed_sub_env(envs, RuntimeError("raised elsewhere")) is None
+
+
+class _Shrinks(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, object]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs[:2], float(reward), terminated, truncated, info
+
+
+def test_an_error_of_the_vector_env_itself_after_its_loop_blames_no_sub_env() -> None:
+    # sub-env 0's observation has the wrong shape; joining them fails after the loop,
+    # where SyncVectorEnv's loop variable names the last sub-env
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: _Shrinks(gym.make("CartPole-v1"))] + [lambda: gym.make("CartPole-v1")] * 3
+    )
+    envs.reset(seed=0)
+    with pytest.raises(ValueError) as info:
+        envs.step(np.array([0, 0, 0, 0]))
+    assert failed_sub_env(envs, info.value) is None

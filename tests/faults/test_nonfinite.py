@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from epochtrain import Collector
 from epochtrain.checkpoint import find_checkpoints, load_policy
 from epochtrain.errors import NonFiniteError
 from tests.faults.envs import bc_trainer, cartpole_data, dqn_trainer, faulty_vec, ppo_trainer
@@ -128,3 +129,18 @@ def test_nonfinite_env_data_with_stop_ends_the_run_without_training_on_it(tmp_pa
     assert finite(trainer.policy)
     buffer = trainer.train_collector.buffer
     assert bool(torch.isfinite(buffer.rollout().obs_next).all())  # never stored
+
+
+@pytest.mark.parametrize("on_nonfinite", ["raise", "stop"])
+def test_nonfinite_data_of_the_test_envs_follows_on_nonfinite(on_nonfinite: str) -> None:
+    trainer = dqn_trainer(on_nonfinite=on_nonfinite)  # training envs: plain CartPole
+    test_envs = faulty_vec(2, bad=0, fault="nan_obs", fault_at=5, mode="sync")
+    trainer.test_collector = Collector(trainer.policy, test_envs, exploration=False)
+    if on_nonfinite == "raise":
+        with pytest.raises(NonFiniteError, match="the test after env step 40 .epoch 1."):
+            next(trainer)
+        return
+    stats = list(trainer)
+    assert trainer.stop_reason == "nonfinite" and [s.epoch for s in stats] == [1]
+    assert stats[0].test_collect_stat is None
+    assert "the test after env step 40" in (trainer.nonfinite_message or "")

@@ -71,16 +71,20 @@ def env_label(env: Any, sub_env: int | None) -> str:
 
 
 def failed_sub_env(env: Any, exc: BaseException) -> int | None:
-    """Which sub-env raised ``exc``: the loop index of ``SyncVectorEnv``'s frame, or the
-    worker whose pipe ``AsyncVectorEnv`` shut down."""
+    """Which sub-env raised ``exc``: the loop index of ``SyncVectorEnv``'s frame when the
+    next frame is that sub-env's (not when the vector env's own code failed after its loop,
+    e.g. joining observations of different shapes), or the worker whose pipe
+    ``AsyncVectorEnv`` shut down."""
     base = env.unwrapped
     if isinstance(base, gym.vector.SyncVectorEnv):
         tb: types.TracebackType | None = exc.__traceback__
         while tb is not None:
-            frame = tb.tb_frame
-            if frame.f_locals.get("self") is base and isinstance(frame.f_locals.get("i"), int):
-                return int(frame.f_locals["i"])
-            tb = tb.tb_next
+            frame, inner = tb.tb_frame, tb.tb_next
+            i = frame.f_locals.get("i")
+            if frame.f_locals.get("self") is base and isinstance(i, int):
+                called = inner.tb_frame.f_locals.get("self") if inner is not None else None
+                return i if 0 <= i < len(base.envs) and called is base.envs[i] else None
+            tb = inner
     pipes = getattr(base, "parent_pipes", None)
     if pipes is not None:
         failed = [i for i, pipe in enumerate(pipes) if pipe is None]

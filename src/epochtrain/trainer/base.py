@@ -368,7 +368,8 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             progress += done
             self._progress.advance(done, progress_postfix(self))
         test_stat = self._tested_this_epoch
-        if test_stat is None and self.test_collector is not None:
+        stopped_by_nan = self.stop_reason == "nonfinite"  # on_nonfinite: end the run there
+        if test_stat is None and self.test_collector is not None and not stopped_by_nan:
             test_stat = self._test_step()
         if not self._finished and self._stop_fn_fired():
             self._finish("stop_fn")
@@ -473,8 +474,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         return {k: v.get() for k, v in self._mov_avg.items()}
 
     # ---------------------------------------------------------------- testing
-    def _test_step(self) -> CollectStats:
-        """Run ``episode_per_test`` deterministic episodes; update the best record."""
+    def _test_step(self) -> CollectStats | None:
+        """Run ``episode_per_test`` deterministic episodes; update the best record. None
+        when the test envs gave NaN or inf and ``on_nonfinite`` stopped the run."""
         assert self.test_collector is not None
         # exploration set by the user holds for its phase: train_fn's for training, and
         # test_fn's (if any) for this test step only
@@ -484,6 +486,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
                 self.test_fn(self.state.epoch, self.state.env_step)
             self.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
             stat = self.test_collector.collect(n_episode=self.params.episode_per_test)
+        except NonFiniteError as exc:
+            on_nonfinite(self, exc, f"the test after env step {self.state.env_step}")
+            return None
         finally:
             self.policy.exploration = train_exploration
         self.state.test_time += stat.collect_time

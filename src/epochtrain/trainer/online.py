@@ -125,6 +125,8 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         stat = self._epoch_collects[-1]
         if self._should_test_in_train(stat.returns):
             self._test_step()
+            if self.stop_reason == "nonfinite":
+                return steps
             if self._stop_fn_fired():
                 self._finish("stop_fn")
                 return steps
