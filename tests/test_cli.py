@@ -210,3 +210,15 @@ def test_set_with_an_sb3_name_suggests_the_epochtrain_setting(
     assert main(["config", "--algo", "ppo", "--set", "n_epochs=4"]) == 2
     err = capsys.readouterr().err
     assert "unknown setting 'n_epochs'" in err and "(did you mean 'repeat_per_collect'?)" in err
+
+
+@pytest.mark.parametrize("option", ["--logdir", "--checkpoint-dir"])
+def test_a_directory_under_a_file_exits_2_with_one_line_naming_the_option(
+    option: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_text("x")
+    code = main(["train", "--algo", "ppo", option, str(tmp_path / "file" / "x")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"{option} '{tmp_path / 'file' / 'x'}' is under" in err

@@ -115,10 +115,15 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     """The spec of a ``train`` run (with its run directory and checkpoint settings) and the
     run directory, or None when logging is off."""
     from epochtrain.checkpoint import RUN_CHECKPOINTS, read_manifest, resolve_checkpoint
+    from epochtrain.data.io import check_writable_dir
     from epochtrain.envs import env_name
     from epochtrain.spec import RunSpec
 
     spec = resolve_spec(args)
+    if args.logdir:
+        check_writable_dir(args.logdir, "--logdir")
+    if spec.trainer.checkpoint_dir:
+        check_writable_dir(spec.trainer.checkpoint_dir, "--checkpoint-dir")
     run_dir: Path | None = None
     if args.resume is not None:
         ckpt = resolve_checkpoint(args.resume)

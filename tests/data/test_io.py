@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 import pytest
 
 from epochtrain.data import io as data_io
-from epochtrain.data.io import replace_file, replacing, write_durably
+from epochtrain.data.io import check_writable_dir, replace_file, replacing, write_durably
 from epochtrain.errors import CheckpointError
 
 
@@ -151,3 +151,18 @@ def test_an_unreadable_file_says_why_in_words(
     with pytest.raises(CheckpointError) as info:
         safe_torch_load(path, "buffer file")
     assert str(info.value).startswith(f"buffer file {str(path)!r} cannot be read: {cause}")
+
+
+def test_a_directory_to_write_in_is_checked_without_creating_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_writable_dir(tmp_path / "new" / "deeper", "logdir")  # creatable
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"logdir '.*file' is a file: choose a directory"):
+        check_writable_dir(tmp_path / "file", "logdir")
+    with pytest.raises(ValueError, match=r"is under '.*file', a file: choose a directory"):
+        check_writable_dir(tmp_path / "file" / "x" / "y", "checkpoint_dir")
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a read-only mount
+    with pytest.raises(ValueError, match="is not writable by this user"):
+        check_writable_dir(tmp_path / "new", "--out")

@@ -215,3 +215,11 @@ def test_progress_bar_and_verbose_lines(capsys: pytest.CaptureFixture[str], term
     assert "Epoch #1" in captured.err
     lines = [ln for ln in captured.out.splitlines() if ln.startswith("Epoch #")]
     assert len(lines) == 2 and "test_return=" in lines[0]
+
+
+def test_a_checkpoint_dir_that_cannot_be_made_is_refused_when_the_trainer_is_built(
+    tmp_path: Any,
+) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"checkpoint_dir '.*file/ckpt' is under '.*file', a file"):
+        build("off", checkpoint_dir=str(tmp_path / "file" / "ckpt"))

@@ -77,13 +77,14 @@ def failed_sub_env(env: Any, exc: BaseException) -> int | None:
     ``AsyncVectorEnv`` shut down."""
     base = env.unwrapped
     if isinstance(base, gym.vector.SyncVectorEnv):
+        subs = list(base.envs or [])
         tb: types.TracebackType | None = exc.__traceback__
         while tb is not None:
             frame, inner = tb.tb_frame, tb.tb_next
             i = frame.f_locals.get("i")
             if frame.f_locals.get("self") is base and isinstance(i, int):
                 called = inner.tb_frame.f_locals.get("self") if inner is not None else None
-                return i if 0 <= i < len(base.envs) and called is base.envs[i] else None
+                return i if 0 <= i < len(subs) and called is subs[i] else None
             tb = inner
     pipes = getattr(base, "parent_pipes", None)
     if pipes is not None:

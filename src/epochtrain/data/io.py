@@ -33,6 +33,7 @@ import torch
 from epochtrain.errors import CheckpointError
 
 __all__ = [
+    "check_writable_dir",
     "fsync_dir",
     "pid_alive",
     "replace_file",
@@ -225,6 +226,24 @@ def write_durably(
     except BaseException:
         path.unlink(missing_ok=True)
         raise
+
+
+def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
+    """``ValueError`` naming ``what`` unless ``path`` is a directory this process can write
+    in, or one it can create (its nearest existing ancestor is a writable directory);
+    creates nothing, so a run refused later leaves no empty directory behind."""
+    target = Path(path).absolute()
+    found = target
+    while not found.exists() and found != found.parent:
+        found = found.parent
+    if not found.is_dir():
+        where = "is a file" if found == target else f"is under {os.fspath(found)!r}, a file"
+        raise ValueError(f"{what} {os.fspath(path)!r} {where}: choose a directory")
+    if not os.access(found, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{what} {os.fspath(path)!r}: {os.fspath(found)!r} is not writable by this user "
+            "(or is on a read-only file system): choose a directory you can write in"
+        )
 
 
 def pid_alive(pid: int) -> bool:

@@ -49,6 +49,7 @@ from epochtrain.closing import Closing
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
+from epochtrain.data.io import check_writable_dir
 from epochtrain.errors import NonFiniteError
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
@@ -145,6 +146,8 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self.save_best_fn = save_best_fn
         self.logger: BaseLogger = logger if logger is not None else LazyLogger()
         self.checkpoint_dir = None if params.checkpoint_dir is None else Path(params.checkpoint_dir)
+        if self.checkpoint_dir is not None:
+            check_writable_dir(self.checkpoint_dir, "checkpoint_dir")
         self.last_checkpoint: Path | None = None
         """The checkpoint last written or loaded (named in fault messages)."""
         self.nonfinite_message: str | None = None
