@@ -364,3 +364,10 @@ def test_a_spec_file_with_an_infinite_setting_names_the_file_and_the_field(
     path.write_text('algo = "ppo"\nenv_id = "CartPole-v1"\n[config]\nent_coef = inf\n')
     with pytest.raises(ValueError, match=r"run\.toml: PPOConfig\.ent_coef must be finite, got inf"):
         RunSpec.from_file(path)
+
+
+def test_a_setting_of_the_other_kind_of_algorithm_is_refused_not_ignored() -> None:
+    with pytest.raises(ValueError, match=r"RunSpec.dataset is the data of an offline algorithm"):
+        RunSpec.tuned("ppo", "CartPole-v1").with_overrides({"dataset": "data.buf"})
+    with pytest.raises(ValueError, match=r"RunSpec.num_envs must be 0 for the offline algo 'bc'"):
+        RunSpec.tuned("bc", "CartPole-v1").with_overrides({"num_envs": 4})

@@ -81,7 +81,9 @@ def add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "--train-steps",
         type=int,
         default=None,
-        help="with --algo: train for at most this many env steps",
+        help="with --algo: train until this many env steps, stopping at the end of the "
+        "epoch that reaches it (whole epochs of the algorithm's preset: PPO's on Pendulum "
+        "are 8,192 env steps); the env steps trained are printed",
     )
     collect.add_argument(
         "--train-until",

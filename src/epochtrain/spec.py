@@ -111,6 +111,16 @@ class RunSpec(Config):
             )
         if entry.kind != "offline" and self.num_envs < 1:
             raise ValueError(f"RunSpec.num_envs must be >= 1 for algo {self.algo!r}, got 0")
+        if entry.kind == "offline" and self.num_envs != 0:
+            raise ValueError(
+                f"RunSpec.num_envs must be 0 for the offline algo {self.algo!r} (it learns "
+                f"from its dataset, with no training envs), got {self.num_envs}"
+            )
+        if entry.kind != "offline" and self.dataset is not None:
+            raise ValueError(
+                f"RunSpec.dataset is the data of an offline algorithm; {self.algo!r} collects "
+                f"its own: drop dataset={self.dataset!r} (--dataset)"
+            )
         if self.buffer.prioritized_replay and entry.kind != "offpolicy":
             raise ValueError(
                 f"buffer.prioritized_replay=True needs an off-policy algorithm (one that "

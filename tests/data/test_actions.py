@@ -3,6 +3,7 @@ the buffer keeps the policy's own actions."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -12,6 +13,7 @@ import torch
 
 from epochtrain import make_trainer
 from epochtrain.data import Collector, ReplayBuffer
+from epochtrain.data import collector as collector_module
 from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.registry import ALGORITHMS
 
@@ -129,3 +131,25 @@ def test_a_box_dimension_with_low_equal_to_high_is_refused_naming_it(algo: str) 
     )
     with pytest.raises(ValueError, match=r"low >= high in dimension\(s\) \[1\]"):
         entry.policy_cls(OBS, space, entry.config_cls())
+
+
+class Endless(Recorder):
+    """Ends an episode only after 10,000 steps (as an env with no time limit would never)."""
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        return np.zeros(2, np.float32), 0.0, self.t >= 10_000, False, {}
+
+
+def test_an_episode_that_runs_on_while_collect_waits_for_it_is_warned_about_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(collector_module, "LONG_EPISODE", 5_000)
+    env = gym.vector.SyncVectorEnv([lambda: Endless(gym.spaces.Discrete(2))])
+    collector = Collector(Fixed(0), env)
+    with pytest.warns(UserWarning, match="has run 8,192 steps without ending .*TimeLimit"):
+        collector.collect(n_episode=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        collector.collect(n_episode=1)  # once per collector
+        Collector(Fixed(0), env).collect(n_step=9_000)  # a step budget ends by itself

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
@@ -53,6 +54,9 @@ from epochtrain.errors import EnvError
 from epochtrain.stats import CollectStats
 
 __all__ = ["Actor", "Collector", "ObsTransform"]
+
+LONG_EPISODE = 100_000
+"""Steps after which an episode that ``collect`` waits for draws a warning (once)."""
 
 ObsTransform = Callable[[np.ndarray, bool], np.ndarray]
 """``transform(obs, update) -> obs``: maps a batch of observations (``update``: new data)."""
@@ -147,6 +151,7 @@ class Collector:
         """Applied to every observation from the env (array observations only)."""
         self.last_collect_rows = 0
         """Vector steps (buffer rows) of the last ``collect`` call."""
+        self._warned_long = False
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (seeded with ``seed + i`` when ``seed`` is given)."""
@@ -264,8 +269,11 @@ class Collector:
                 obs = obs_next
                 if len(done) and self._end_episodes(done, returns, lens, remaining):
                     break
-                if n_step is not None and steps >= n_step:
-                    break
+                if n_step is not None:
+                    if steps >= n_step:
+                        break
+                elif not rows & 4095 and not self._warned_long:
+                    self._warn_long_episode()
         self._obs, self._resetting = obs, resetting
         self.last_collect_rows = rows
         return CollectStats.from_episodes(steps, returns, lens, time.perf_counter() - start)
@@ -286,6 +294,22 @@ class Collector:
         ep_return[done] = 0.0
         ep_len[done] = 0
         return remaining is not None and not remaining.any()
+
+    def _warn_long_episode(self) -> None:
+        """Warn (once) when an episode runs on and on while ``collect`` waits for episodes
+        to end: an env without a time limit may never end one, and the run would hang."""
+        longest = int(self._ep_len.max())
+        if longest < LONG_EPISODE:
+            return
+        self._warned_long = True
+        warnings.warn(
+            f"an episode of {env_label(self.env, int(self._ep_len.argmax()))} has run "
+            f"{longest:,} steps without ending while collect() waits for whole episodes "
+            "(a test step, or episode_per_collect): if the env never ends one on its own, "
+            "give it a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps= in "
+            "gymnasium.register)",
+            stacklevel=3,
+        )
 
     def close(self) -> None:
         """Close the vector env (an ``AsyncVectorEnv``'s worker processes with it); a
