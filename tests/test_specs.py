@@ -371,3 +371,22 @@ def test_a_setting_of_the_other_kind_of_algorithm_is_refused_not_ignored() -> No
         RunSpec.tuned("ppo", "CartPole-v1").with_overrides({"dataset": "data.buf"})
     with pytest.raises(ValueError, match=r"RunSpec.num_envs must be 0 for the offline algo 'bc'"):
         RunSpec.tuned("bc", "CartPole-v1").with_overrides({"num_envs": 4})
+
+
+def test_an_env_object_in_place_of_its_id_is_a_type_error_saying_what_to_pass() -> None:
+    env = gym.make("CartPole-v1")
+    with pytest.raises(TypeError, match=r"env_id must be a gymnasium env id .*got a TimeLimit"):
+        make_trainer("ppo", env)
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("device", "fragment"), [("meta", "holds shapes, not values"), ("cuda", "CUDA is not")]
+)
+def test_a_device_that_cannot_hold_the_networks_is_refused_when_the_policy_is_built(
+    device: str, fragment: str
+) -> None:
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match=fragment):
+        make_trainer("ppo", "CartPole-v1", device=device)

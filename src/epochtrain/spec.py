@@ -332,7 +332,15 @@ def algorithm(name: str) -> Algorithm:
 
 def check_env_id(env_id: str) -> None:
     """``ValueError`` unless ``env_id`` is a registered gymnasium env (``"module:EnvId"``
-    imports ``module`` first, :func:`~epochtrain.envs.env_spec`)."""
+    imports ``module`` first, :func:`~epochtrain.envs.env_spec`); ``TypeError`` for an
+    env object."""
+    if not isinstance(env_id, str):
+        raise TypeError(
+            f"env_id must be a gymnasium env id (str) such as 'CartPole-v1', got a "
+            f"{type(env_id).__name__}: register the env (gymnasium.register(id, entry_point)) "
+            "and pass its id, or build a trainer from your own vector env (README: Building "
+            "the pieces by hand)"
+        )
     try:
         env_spec(env_id)
     except gym.error.Error as exc:

@@ -192,6 +192,12 @@ def _check_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"device={device!r} but CUDA is not available here: use device='cpu'")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device={device!r} but MPS is not available here: use device='cpu'")
+    if dev.type == "meta":
+        raise ValueError(f"device={device!r} holds shapes, not values: use device='cpu'")
+    try:
+        torch.zeros(1, device=dev)
+    except (RuntimeError, NotImplementedError) as exc:
+        raise ValueError(f"device={device!r} is not usable here ({exc}): use device='cpu'") from exc
     return dev
 
 
