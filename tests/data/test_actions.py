@@ -153,3 +153,17 @@ def test_an_episode_that_runs_on_while_collect_waits_for_it_is_warned_about_once
         warnings.simplefilter("error")
         collector.collect(n_episode=1)  # once per collector
         Collector(Fixed(0), env).collect(n_step=9_000)  # a step budget ends by itself
+
+
+@pytest.mark.parametrize(("algo", "clipped"), [("ppo", True), ("sac", False), ("td3", False)])
+def test_only_policies_whose_actions_may_leave_the_box_are_clipped(
+    algo: str, clipped: bool
+) -> None:
+    trainer = make_trainer(algo, "Pendulum-v1", num_envs=1, show_progress=False)
+    with trainer:
+        assert trainer.policy.bounded_actions is not clipped
+        assert (trainer.train_collector._to_env is not None) is clipped
+        if not clipped:  # what skipping the clip rests on: every action inside [-2, 2]
+            trainer.train_collector.collect(n_step=300)
+            acts = trainer.train_collector.buffer.sample(300).act
+            assert bool(((acts >= -2.0) & (acts <= 2.0)).all())

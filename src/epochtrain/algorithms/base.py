@@ -212,6 +212,9 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
 
     trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset(TRAINER_KINDS)
     """The trainer kinds this policy learns under (default: all)."""
+    bounded_actions: ClassVar[bool] = False
+    """True when ``act`` keeps Box actions inside the bounds by construction (a tanh scaled
+    to them), so the collector need not clip them (:mod:`epochtrain.data.actions`)."""
 
     def __init__(
         self,

@@ -63,6 +63,7 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
     action_half_range: Tensor
 
     trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offpolicy", "offline"})
+    bounded_actions: ClassVar[bool] = True  # tanh scaled to the bounds (noise clipped)
     config: DDPGConfig
 
     def __init__(

@@ -137,6 +137,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
     action_half_range: Tensor
 
     trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offpolicy", "offline"})
+    bounded_actions: ClassVar[bool] = True  # tanh scaled to the bounds (noise clipped)
     config: SACConfig
 
     def __init__(

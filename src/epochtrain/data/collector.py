@@ -138,7 +138,11 @@ class Collector:
         self.exploration = exploration
         self.num_envs = env.num_envs
         self.same_step = mode == AutoresetMode.SAME_STEP
-        self._to_env = env_action_map(env.single_action_space)
+        bounded = getattr(policy, "bounded_actions", False)  # no clip needed: it costs µs
+        space = env.single_action_space
+        self._to_env = (
+            None if bounded and isinstance(space, gym.spaces.Box) else env_action_map(space)
+        )
         self._from_env = policy_action_map(env.single_action_space)
         # With copy=False the env overwrites its observation array in place on each step.
         self._copy_obs = not getattr(env.unwrapped, "copy", True)
