@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -253,3 +254,95 @@ def test_ctrl_c_of_a_lockstep_sweep_closes_every_open_run_and_raises(
     assert len(opened) == len(ALGOS) * len(SEEDS)  # lockstep opens every run first
     assert sorted(map(id, closed)) == sorted(map(id, opened))
     assert not list(tmp_path.glob("*/result.json"))  # none finished, none marked failed
+
+
+@pytest.fixture
+def other_process() -> Any:
+    """A live process that is not this one: the holder of a run another sweep runs."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def hold_lock(run_dir: Path, pid: int) -> str:
+    """Write ``run_dir``'s checkpoint lock as process ``pid`` of this host holds it."""
+    lock = run_dir / "checkpoints" / ".lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    record = {"pid": pid, "host": socket.gethostname(), "token": "t", "created": "now"}
+    lock.write_text(json.dumps(record))
+    return lock.read_text()
+
+
+@pytest.mark.parametrize("backend", ["lockstep", "processes"])
+def test_a_run_another_live_sweep_holds_is_skipped_and_left_untouched(
+    tmp_path: Path, other_process: Any, backend: str
+) -> None:
+    held = tmp_path / "ppo-CartPole-v1-s0"
+    lock = hold_lock(held, other_process.pid)
+    specs = grid(["ppo"], ENVS, [0, 1], **FAST)
+    with pytest.warns(
+        UserWarning, match=rf"s0: in use by another sweep \(process {other_process.pid}"
+    ):
+        experiment = run_experiment(
+            specs, tmp_path, backend=backend, workers=2, show_progress=False
+        )
+    assert sorted(p.name for p in held.rglob("*")) == [".lock", "checkpoints", "spec.toml"]
+    assert (held / "checkpoints" / ".lock").read_text() == lock
+    status = {r.run_id: (r.status, r.error) for r in experiment.runs}
+    assert status["ppo-CartPole-v1-s0"] == (
+        "running",
+        f"in use by another sweep (process {other_process.pid} on host {socket.gethostname()!r})",
+    )
+    assert status["ppo-CartPole-v1-s1"][0] == "finished"
+
+
+def test_a_run_another_sweep_locks_while_this_one_opens_it_is_skipped_not_failed(
+    tmp_path: Path, other_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epochtrain.experiment import runner
+
+    real_open = runner.open_trainer
+
+    def open_then_lose_the_lock(run_dir: Path) -> Any:
+        trainer = real_open(run_dir)
+        hold_lock(run_dir, other_process.pid)  # the other sweep takes it before epoch 1
+        return trainer
+
+    monkeypatch.setattr(runner, "open_trainer", open_then_lose_the_lock)
+    with pytest.warns(UserWarning, match="in use by another sweep"):
+        experiment = run_experiment(grid(["ppo"], ENVS, [0], **FAST), tmp_path, show_progress=False)
+    assert [r.status for r in experiment.runs] == ["running"]
+    assert not (tmp_path / "ppo-CartPole-v1-s0" / "result.json").exists()
+
+
+def test_the_wall_time_of_a_resumed_run_covers_every_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epochtrain.experiment import runner
+
+    real_open = runner.open_trainer
+
+    def slow_then_interrupted(epoch: int) -> None:
+        if epoch == 1:
+            time.sleep(1.0)  # the first session's time, which the second must count too
+        else:
+            raise KeyboardInterrupt
+
+    def open_trainer(run_dir: Path) -> Any:
+        trainer = real_open(run_dir)
+        trainer.register_op("epoch_start", slow_then_interrupted)
+        return trainer
+
+    specs = grid(["ppo"], ENVS, [0], **FAST)
+    monkeypatch.setattr(runner, "open_trainer", open_trainer)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(specs, tmp_path, show_progress=False)
+    monkeypatch.setattr(runner, "open_trainer", real_open)
+    run_experiment(specs, tmp_path, show_progress=False)
+    run_dir = tmp_path / "ppo-CartPole-v1-s0"
+    result = json.loads((run_dir / "result.json").read_text())
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    total_time = [r["info/total_time"] for r in records if "info/total_time" in r][-1]
+    assert result["epochs"] == 2
+    assert result["wall_time"] >= total_time >= 1.0

@@ -38,15 +38,21 @@ from epochtrain.experiment.runs import (
     close_envs,
     failed_result,
     finished_result,
+    in_use_error,
     is_finished,
+    note_in_use,
     open_trainer,
+    run_in_use,
     spec_of,
 )
 
-__all__ = ["STOP_GRACE", "run_processes"]
+__all__ = ["IN_USE", "STOP_GRACE", "run_processes"]
 
 STOP_GRACE = 30.0
 """Seconds the workers get to end their interrupted runs before they are killed."""
+
+IN_USE = "in use"
+"""What a worker returns for a run another live sweep holds: skipped, its files untouched."""
 
 
 def run_processes(
@@ -107,6 +113,9 @@ def _run_pool(
                 except Exception as exc:  # the result could not come back
                     failed_result(run_dir, spec_of(run_dir), exc)
                     status = "failed"
+                if status == IN_USE:
+                    note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")
+                    continue
                 progress.end(run_dir, failed=status != "finished")
     except BaseException:
         _stop(pool, stop, futures, events, pids)
@@ -233,8 +242,9 @@ def _init_worker(events: Any, stop: Any, parent_pid: int) -> None:
 
 
 def _run_in_worker(run_dir_name: str) -> str:
-    """Run one run to its end in a pool process: ``"finished"``, ``"failed"`` or
-    ``"interrupted"`` (told to stop: no result written, the run resumes next time)."""
+    """Run one run to its end in a pool process: ``"finished"``, ``"failed"``,
+    ``"interrupted"`` (told to stop: no result written, the run resumes next time) or
+    :data:`IN_USE` (another sweep runs it: nothing written)."""
     worker = _worker
     assert worker is not None, "_init_worker runs first in every pool process"
     with worker.lock:
@@ -246,17 +256,22 @@ def _run_in_worker(run_dir_name: str) -> str:
     start = time.perf_counter()
     trainer = None
     try:
+        if run_in_use(run_dir) is not None:
+            return IN_USE
         trainer = open_trainer(run_dir)
+        earlier = trainer.state.total_time  # of the sessions before, from the checkpoint
         worker.events.put((run_dir_name, "start", trainer.state.epoch))
         for _ in trainer:
             worker.events.put((run_dir_name, "epoch", trainer.state.epoch))
-        finished_result(run_dir, trainer, time.perf_counter() - start)
+        finished_result(run_dir, trainer, earlier + time.perf_counter() - start)
         return "finished"
     except KeyboardInterrupt:  # told to stop, or stopped by a pool another worker broke
         worker.stopped = True
         worker.events.put((run_dir_name, "stopped", 0))
         return "interrupted"
     except Exception as exc:
+        if in_use_error(run_dir, exc) is not None:
+            return IN_USE
         failed_result(run_dir, spec_of(run_dir), exc)
         return "failed"
     finally:

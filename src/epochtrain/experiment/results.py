@@ -1,7 +1,8 @@
 """Read an experiment back: each run's status, test curve and score, as plain arrays.
 
 ``load_experiment("exp/")`` reads ``exp/experiment.json`` and each listed run's
-``result.json``; a run without one (never started, or interrupted) is ``"pending"``.
+``result.json``; a run without one is ``"running"`` while another live process holds its
+checkpoint lock (a sweep running it now), else ``"pending"`` (never started, or interrupted).
 :meth:`Experiment.scores` gives the ``{algorithm: [n_runs, n_envs]}`` matrix that the
 statistics take, :meth:`Experiment.curves` the test curves of one env.
 """
@@ -27,11 +28,12 @@ from epochtrain.experiment.runs import (
     read_index,
     read_json,
     read_test_curve,
+    run_in_use,
 )
 
 __all__ = ["Experiment", "RunResult", "RunStatus", "load_experiment"]
 
-RunStatus = Literal["finished", "failed", "pending"]
+RunStatus = Literal["finished", "failed", "pending", "running"]
 
 
 @dataclass(frozen=True)
@@ -195,14 +197,16 @@ def _load_run(run_dir: Path) -> RunResult:
 
     spec = RunSpec.from_file(run_dir / SPEC_FILE)
     steps, returns = read_test_curve(run_dir)
+    holder = run_in_use(run_dir)
     return RunResult(
         run_id=spec.run_id,
         algo=spec.algo,
         env_id=spec.env_id,
         seed=spec.seed,
-        status="pending",
+        status="pending" if holder is None else "running",
         steps=np.asarray(steps, dtype=np.float64),
         test_returns=np.asarray(returns, dtype=np.float64),
+        error=None if holder is None else f"in use by another sweep ({holder})",
         path=run_dir,
     )
 
@@ -221,6 +225,12 @@ def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str])
             )
         for run_id in read_index(index):
             run_dir = root / run_id
+            if not run_dir.exists():
+                raise ValueError(
+                    f"{os.fspath(index)!r} lists run {run_id!r} but its directory "
+                    f"{os.fspath(run_dir)!r} is gone: re-run the sweep (with its seed, to "
+                    "start it again; without, to drop it from the list)"
+                )
             if not (run_dir / SPEC_FILE).is_file():
                 raise ValueError(
                     f"{os.fspath(index)!r} lists run {run_id!r} but {os.fspath(run_dir)!r} "

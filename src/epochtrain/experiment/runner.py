@@ -15,9 +15,10 @@ All run torch on one thread per run (a Ray trial: one per CPU it holds, 1 by def
 run computes the same floats whichever backend runs it. Re-running skips runs whose
 ``result.json`` says finished, and resumes the others (interrupted or failed) from their
 latest checkpoint. A run that raises gets a ``result.json`` with ``status = "failed"`` and
-its error, and the other runs go on. An interrupt (Ctrl-C, or SIGTERM through the CLI)
-stops every run at its last complete epoch, closes its envs and is raised again; the
-interrupted runs get no ``result.json`` and resume on the next run.
+its error, and the other runs go on; a run another live sweep is running (its checkpoint
+lock) is skipped with a warning and its files are left alone. An interrupt (Ctrl-C, or
+SIGTERM through the CLI) stops every run at its last complete epoch, closes its envs and is
+raised again; the interrupted runs get no ``result.json`` and resume on the next run.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ from epochtrain.experiment.processes import run_processes
 from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.results import Experiment, load_experiment
 from epochtrain.experiment.runs import (
+    check_writable,
     close_envs,
     failed_result,
     finished_result,
+    in_use_error,
     is_finished,
+    note_in_use,
     open_trainer,
     prepare_runs,
+    run_in_use,
     spec_of,
 )
 from epochtrain.spec import RunSpec, algorithm, check_env_id
@@ -138,7 +143,8 @@ def run_experiment(
         )
     root = Path(out_dir)
     run_dirs = prepare_runs(specs, root)
-    pending = [d for d in run_dirs if not is_finished(d)]
+    pending = [d for d in run_dirs if not is_finished(d) and not _held_elsewhere(d)]
+    check_writable(root, pending)
     with Progress(run_dirs, pending, enabled=show_progress) as progress:
         if backend == "lockstep":
             _run_lockstep(pending, progress)
@@ -157,6 +163,14 @@ def run_experiment(
             n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
             run_processes(pending, n, progress, max_failures=max_failures)
     return load_experiment(root)
+
+
+def _held_elsewhere(run_dir: Path) -> bool:
+    """Whether another live sweep runs ``run_dir`` now (then it is skipped, with a note)."""
+    holder = run_in_use(run_dir)
+    if holder is not None:
+        note_in_use(run_dir, holder)
+    return holder is not None
 
 
 def _check_ray_options(
@@ -210,15 +224,14 @@ def _run_lockstep(run_dirs: Sequence[Path], progress: Progress) -> None:
 def _advance_lockstep(
     run_dirs: Sequence[Path], trainers: dict[Path, Any], progress: Progress
 ) -> None:
-    wall: dict[Path, float] = {}
+    wall: dict[Path, float] = {}  # seconds, earlier sessions' included
     for run_dir in run_dirs:
         try:
             trainers[run_dir] = open_trainer(run_dir)
         except Exception as exc:
-            failed_result(run_dir, spec_of(run_dir), exc)
-            progress.end(run_dir, failed=True)
+            _end_with_error(run_dir, exc, progress)
             continue
-        wall[run_dir] = 0.0
+        wall[run_dir] = trainers[run_dir].state.total_time  # restored from the checkpoint
         progress.start(run_dir, trainers[run_dir].state.epoch)
     while trainers:
         for run_dir, trainer in list(trainers.items()):
@@ -231,9 +244,18 @@ def _advance_lockstep(
                 progress.end(run_dir, failed=False)
                 close_envs(trainers.pop(run_dir))
             except Exception as exc:
-                failed_result(run_dir, spec_of(run_dir), exc)
-                progress.end(run_dir, failed=True)
+                _end_with_error(run_dir, exc, progress)
                 close_envs(trainers.pop(run_dir))
             else:
                 wall[run_dir] += time.perf_counter() - start
                 progress.epoch(run_dir, trainer.state.epoch)
+
+
+def _end_with_error(run_dir: Path, exc: Exception, progress: Progress) -> None:
+    """Record ``run_dir`` as failed with ``exc``, unless another sweep holds it."""
+    holder = in_use_error(run_dir, exc)
+    if holder is not None:
+        note_in_use(run_dir, holder)
+        return
+    failed_result(run_dir, spec_of(run_dir), exc)
+    progress.end(run_dir, failed=True)
