@@ -364,3 +364,45 @@ def test_pbt_sac_example_runs_a_population_of_two(tmp_path: Path) -> None:
     out = _run_example("pbt_sac.py", tmp_path)
     assert len([ln for ln in out.splitlines() if ln.startswith("trial seed")]) == 2, out
     assert "best test return" in out
+
+
+def test_ctrl_c_before_the_first_epoch_ends_the_sweep_with_130_and_the_continue_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tune's results of trials stopped before their first result carry no config
+    from epochtrain.cli import main
+    from epochtrain.experiment import ray_backend
+
+    class CtrlCAtTrialStart(ray_backend._ProgressCallback):
+        def on_trial_start(
+            self, iteration: int, trials: list[Any], trial: Any, **info: Any
+        ) -> None:
+            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C, before any epoch
+
+    monkeypatch.setattr(ray_backend, "_ProgressCallback", CtrlCAtTrialStart)
+    out = tmp_path / "exp"
+    argv = ["sweep", "--algo", "ppo", "--seeds", "0-1", "--out", os.fspath(out)]
+    argv += ["--backend", "ray", "--no-progress", "--max-epoch", "2", "--step-per-epoch", "512"]
+    assert main(argv) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("epochtrain: interrupted; finished runs and checkpoints are kept"), last
+    assert last.endswith("continue with the same command: epochtrain " + " ".join(argv)), last
+    assert not list(out.glob("*/result.json"))  # stopped, not recorded as failed
+
+
+def test_a_trial_reopening_a_run_counts_the_time_of_its_earlier_sessions(tmp_path: Path) -> None:
+    from epochtrain.ray import EpochTrainable
+
+    specs = grid(["ppo"], ["CartPole-v1"], [0], **{**FAST, "max_epoch": 3})
+    run_dir = prepare_runs(specs, tmp_path)[0]
+    first = open_trainer(run_dir)
+    list(islice(first, 2))  # a driver killed after epoch 2's checkpoint
+    earlier = first.state.total_time
+    first.close()
+    del first
+    trainable = EpochTrainable({"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial("t"))})
+    assert trainable.trainer.state.epoch == 2 and trainable.wall_time == pytest.approx(earlier)
+    assert trainable.train()["done"] is True
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["wall_time"] > earlier
+    trainable.stop()

@@ -44,6 +44,8 @@ from epochtrain.experiment.runs import (  # noqa: E402
     CHECKPOINTS,
     failed_result,
     finished_result,
+    in_use_error,
+    note_in_use,
     open_trainer,
     read_json,
     spec_of,
@@ -158,9 +160,12 @@ class EpochTrainable(tune.Trainable):
 
     @property
     def trainer(self) -> Any:
-        """The trial's trainer, built from its config on first use."""
+        """The trial's trainer, built from its config on first use; a run directory's
+        trainer resumed from its own checkpoint counts its earlier sessions' time."""
         if self._trainer is None:
             self._trainer = self._build(self._config)
+            if self.run_dir is not None:
+                self.wall_time = float(self._trainer.state.total_time)
         return self._trainer
 
     def _build(self, config: Mapping[str, Any]) -> Any:
@@ -194,6 +199,10 @@ class EpochTrainable(tune.Trainable):
         except Exception as exc:
             if self.run_dir is None:
                 raise
+            holder = in_use_error(self.run_dir, exc)
+            if holder is not None:  # another sweep took the run: not failed, not ours
+                note_in_use(self.run_dir, holder)
+                return {"done": True, "failed": 0.0}
             failed_result(self.run_dir, spec_of(self.run_dir), exc)
             return {"done": True, "failed": 1.0}
         self.wall_time += time.perf_counter() - start

@@ -10,6 +10,8 @@ import pytest
 
 from epochtrain.experiment import grid, run_experiment
 from epochtrain.experiment.cli import (
+    COMPARE_DESCRIPTION,
+    SWEEP_DESCRIPTION,
     add_compare_parser,
     add_sweep_parser,
     parse_seeds,
@@ -155,3 +157,75 @@ def test_a_result_that_cannot_be_written_ends_the_sweep_in_one_line_and_the_same
         made = json.loads((tmp_path / run_id / "result.json").read_text())
         same = json.loads((experiment_dir / run_id / "result.json").read_text())
         assert made["test_returns"] == same["test_returns"]
+
+
+def _with_a_failed_run(experiment_dir: Path, tmp_path: Path, run_id: str) -> Path:
+    import shutil
+
+    out = tmp_path / "exp"
+    shutil.copytree(experiment_dir, out)
+    path = out / run_id / "result.json"
+    result = json.loads(path.read_text())
+    path.write_text(json.dumps({**result, "status": "failed", "error": "RuntimeError: boom"}))
+    return out
+
+
+def test_compare_names_a_failed_run_by_its_id_and_the_options_that_leave_it_out(
+    tmp_path: Path, experiment_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _with_a_failed_run(experiment_dir, tmp_path, "a2c-CartPole-v1-s1")
+    assert run_compare(parse(["compare", str(out), "--reps", "100"])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "epochtrain compare: error: runs not finished: a2c-CartPole-v1-s1 (failed)"
+    )
+    assert "--env, --algo or --seeds" in err and "envs=" not in err and err.count("\n") == 1
+    common = ["compare", str(out), "--reps", "100", "--random", "CartPole-v1=20"]
+    assert run_compare(parse([*common, "--algo", "ppo"])) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| CartPole-v1 |")]
+    assert [row.split(" | ")[1] for row in rows] == ["ppo", "20.0"]
+    assert run_compare(parse([*common, "--seeds", "0"])) == 0  # seed 0 of both algorithms
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| CartPole-v1 |")]
+    assert [row.split(" | ")[1] for row in rows[:2]] == ["ppo", "a2c"]
+    assert all(row.endswith("| 1 |") for row in rows[:2])
+    assert run_compare(parse([*common, "--algo", "dqn"])) == 2
+    assert "--algo ['dqn']: the experiment has ['ppo', 'a2c']" in capsys.readouterr().err
+
+
+def test_compare_checks_reps_and_out_first_in_one_line_with_status_2(
+    tmp_path: Path,
+    experiment_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from epochtrain.experiment import report
+
+    def no_bootstrap(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the bootstrap started before the input was checked")
+
+    monkeypatch.setattr(report, "summarize_tasks", no_bootstrap)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for extra, message in (
+        (["--reps", "1"], "--reps must be an int of at least 100"),
+        (["--out", str(afile)], f"--out {str(afile)!r} is a file"),
+        (["--out", str(afile / "r")], f"--out {str(afile / 'r')!r} cannot hold the report"),
+    ):
+        assert run_compare(parse(["compare", str(experiment_dir), *extra])) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"epochtrain compare: error: {message}") and err.count("\n") == 1
+    assert afile.read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", ["sweep", "compare"])
+def test_sweep_and_compare_help_describe_their_command(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    expected = SWEEP_DESCRIPTION if command == "sweep" else COMPARE_DESCRIPTION
+    assert " ".join(expected.split()) in text
+    opening = {"sweep": "Run every (algorithm, env, seed) of", "compare": "Compare the finished"}
+    assert "[-h] " in text and opening[command] in text
+    assert text.index(opening[command]) < text.index("options:")  # the description

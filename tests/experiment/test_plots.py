@@ -110,3 +110,13 @@ def test_importing_the_experiment_package_imports_neither_matplotlib_nor_scipy()
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_one_point_curve_is_drawn_as_a_marker_not_an_invisible_line() -> None:
+    pytest.importorskip("matplotlib", reason="plots need the optional extra epochtrain[plot]")
+    values = {"ppo": np.array([[1.0], [2.0]]), "a2c": np.cumsum(RNG.random((2, 3)), axis=1)}
+    one = curve_estimates({"ppo": values["ppo"]}, [512.0], reps=50)
+    many = curve_estimates({"a2c": values["a2c"]}, [512.0, 1024.0, 1536.0], reps=50)
+    fig = plot_sample_efficiency({"CartPole-v1": {**one, **many}})
+    markers = {line.get_label(): line.get_marker() for line in fig.axes[0].get_lines()}
+    assert markers["ppo"] == "o" and markers["a2c"] in ("None", "", None)

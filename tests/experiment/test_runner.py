@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from epochtrain.dataset import record_dataset
-from epochtrain.experiment import grid, load_experiment, run_experiment
+from epochtrain.experiment import grid, load_experiment, run_experiment, runner
 from epochtrain.spec import RunSpec
 from tests.experiment.settings import FAST, results
 
@@ -276,8 +277,9 @@ def hold_lock(run_dir: Path, pid: int) -> str:
 
 @pytest.mark.parametrize("backend", ["lockstep", "processes"])
 def test_a_run_another_live_sweep_holds_is_skipped_and_left_untouched(
-    tmp_path: Path, other_process: Any, backend: str
+    tmp_path: Path, other_process: Any, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(runner, "HOLD_WAIT", 0.5)  # no other sweep will let it go
     held = tmp_path / "ppo-CartPole-v1-s0"
     lock = hold_lock(held, other_process.pid)
     specs = grid(["ppo"], ENVS, [0, 1], **FAST)
@@ -346,3 +348,14 @@ def test_the_wall_time_of_a_resumed_run_covers_every_session(
     total_time = [r["info/total_time"] for r in records if "info/total_time" in r][-1]
     assert result["epochs"] == 2
     assert result["wall_time"] >= total_time >= 1.0
+
+
+def test_a_run_whose_holder_dies_within_the_wait_is_run(tmp_path: Path) -> None:
+    # the actors of a sweep whose driver was just killed die seconds later
+    dying = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    reaper = threading.Thread(target=dying.wait)  # no zombie, which would look alive
+    reaper.start()
+    hold_lock(tmp_path / "ppo-CartPole-v1-s0", dying.pid)
+    experiment = run_experiment(grid(["ppo"], ENVS, [0], **FAST), tmp_path, show_progress=False)
+    reaper.join()
+    assert [r.status for r in experiment.runs] == ["finished"]

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from epochtrain.experiment import grid, load_experiment
-from epochtrain.experiment.runs import prepare_runs
+from epochtrain.experiment.runs import open_trainer, prepare_runs
 from tests.experiment.settings import FAST
 
 
@@ -149,3 +150,25 @@ def test_set_ups_into_one_directory_at_once_all_get_their_runs_listed(tmp_path: 
         assert [p.exitcode for p in procs] == [0, 0]
         assert sorted(listed(out)) == sorted(d.name for d in out.iterdir() if d.is_dir())
         assert len(listed(out)) == 16
+
+
+def test_a_run_started_over_before_its_first_checkpoint_drops_the_records_of_its_first_start(
+    tmp_path: Path,
+) -> None:
+    run_dir = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0], **FAST), tmp_path)[0]
+    first = open_trainer(run_dir)
+    next(first)  # logged epoch 1 and checkpointed it; as if killed before that checkpoint:
+    first.close()
+    shutil.rmtree(run_dir / "checkpoints")
+    logged = _records(run_dir)
+    assert logged
+    again = open_trainer(run_dir)
+    assert (run_dir / "log.jsonl").read_text() == ""
+    next(again)
+    again.close()
+    assert _records(run_dir) == logged  # the same records, none twice
+
+
+def _records(run_dir: Path) -> list[tuple[str, int]]:
+    lines = (run_dir / "log.jsonl").read_text().splitlines()
+    return [(r["scope"], r["step"]) for r in map(json.loads, lines)]

@@ -1,11 +1,7 @@
 """``epochtrain sweep`` and ``epochtrain compare``: run a grid of runs, then compare them.
 
-``epochtrain sweep --algo ppo a2c --env CartPole-v1 Acrobot-v1 --seeds 0-9 --workers 2
---out exp/`` runs every (algorithm, env, seed) into ``exp/`` (re-running it resumes;
-``--backend ray [--address auto]`` runs each as a Ray Tune trial, ``docs/cluster.md``);
-``epochtrain compare exp/ [exp2/ ...] [--score final|best|auc] [--out report/]`` prints
-IQM [95% CI], mean, median and the run count per env and algorithm, and with ``--out``
-writes ``report.md`` and PNG figures. :mod:`epochtrain.cli` adds these subcommands.
+:data:`SWEEP_DESCRIPTION` and :data:`COMPARE_DESCRIPTION` say what each does (their
+``--help``); :mod:`epochtrain.cli` adds the subcommands to its parser.
 """
 
 from __future__ import annotations
@@ -17,17 +13,39 @@ from typing import Any
 
 from epochtrain.experiment.bootstrap import DEFAULT_REPS
 from epochtrain.experiment.curves import SCORE_METHODS
-from epochtrain.experiment.report import build_report
+from epochtrain.experiment.report import (
+    MIN_REPS,
+    build_report,
+    check_out_dir,
+    check_report_reps,
+)
+from epochtrain.experiment.results import Experiment
 from epochtrain.experiment.runner import BACKENDS, grid, run_experiment
 from epochtrain.extras import MissingExtraError
 
 __all__ = [
+    "COMPARE_DESCRIPTION",
+    "SWEEP_DESCRIPTION",
     "add_compare_parser",
     "add_sweep_parser",
     "parse_seeds",
     "run_compare",
     "run_sweep",
 ]
+
+SWEEP_DESCRIPTION = (
+    "Run every (algorithm, env, seed) of --algo x --env x --seeds into the --out directory, "
+    "e.g. `epochtrain sweep --algo ppo a2c --env CartPole-v1 --seeds 0-9 --workers 2 --out "
+    "exp/`. Re-running the same command skips finished runs and resumes the others from "
+    "their latest checkpoints; --backend ray runs each as a Ray Tune trial (docs/cluster.md)."
+)
+COMPARE_DESCRIPTION = (
+    "Compare the finished runs of experiment directories (the --out of `epochtrain sweep`): "
+    "per env and algorithm the IQM with its 95% bootstrap interval, mean, median and run "
+    "count; across envs the normalised aggregates; P(X > Y) for each pair of algorithms. "
+    "--env, --algo and --seeds choose the runs compared; --out DIR writes report.md and PNG "
+    "figures."
+)
 
 # Flags of `train` that the experiment sets itself for every run.
 _MANAGED = {"seed", "checkpoint-dir", "show-progress", "verbose"}
@@ -64,7 +82,7 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "sweep",
         help="run algorithms x envs x seeds into one directory (re-running resumes)",
-        description=__doc__.splitlines()[2].strip(),
+        description=SWEEP_DESCRIPTION,
     )
     parser.add_argument("--algo", nargs="+", choices=sorted(ALGORITHMS), default=None)
     parser.add_argument("--env", nargs="+", default=None, help="gymnasium env ids")
@@ -113,7 +131,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    """Run the sweep of ``args``; 0 if every run finished, 1 if one failed, 2 on bad input."""
+    """Run the sweep of ``args``; 0 if every run finished, 1 if one failed, 2 on bad input,
+    3 if none failed but another sweep still runs some (skipped here, left untouched)."""
     from epochtrain.spec import RunSpec
 
     try:
@@ -136,9 +155,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, FileNotFoundError, ConnectionError, MissingExtraError) as exc:
         print(f"epochtrain sweep: error: {exc}", file=sys.stderr)
         return 2
-    wanted = {spec.run_id for spec in specs}
-    failed = [r for r in experiment.runs if r.run_id in wanted and r.status != "finished"]
-    print(f"{len(wanted) - len(failed)}/{len(wanted)} runs finished in {args.out}")
+    wanted = [r for r in experiment.runs if r.run_id in {spec.run_id for spec in specs}]
+    elsewhere = [r for r in wanted if r.status == "running"]  # another sweep holds them
+    failed = [r for r in wanted if r.status not in ("finished", "running")]
+    print(f"{len(wanted) - len(failed) - len(elsewhere)}/{len(wanted)} runs finished in {args.out}")
+    for run in elsewhere:
+        print(f"  {run.run_id}: running in another sweep: {run.error}", file=sys.stderr)
     for run in failed:
         print(f"  {run.run_id}: {run.status}: {run.error}", file=sys.stderr)
     if failed:
@@ -147,7 +169,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             "continue from their latest checkpoints",
             file=sys.stderr,
         )
-    return 1 if failed else 0
+    return 1 if failed else 3 if elsewhere else 0
 
 
 def add_compare_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -155,12 +177,26 @@ def add_compare_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "compare",
         help="compare the runs of experiment directories with confidence intervals",
-        description=__doc__.splitlines()[3].strip(),
+        description=COMPARE_DESCRIPTION,
     )
     parser.add_argument("paths", nargs="+", help="experiment directories (sweep --out)")
     parser.add_argument("--score", choices=SCORE_METHODS, default="final", help="run score")
-    parser.add_argument("--out", default=None, help="write report.md and PNG figures here")
-    parser.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap replicates")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="write report.md and PNG figures here (an earlier report's figures are replaced)",
+    )
+    parser.add_argument("--env", nargs="+", default=None, help="compare only these envs")
+    parser.add_argument("--algo", nargs="+", default=None, help="compare only these algorithms")
+    parser.add_argument(
+        "--seeds", nargs="+", default=None, help="compare only these seeds, e.g. 0-4 or 0 2 3"
+    )
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=DEFAULT_REPS,
+        help=f"bootstrap replicates (at least {MIN_REPS})",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     parser.add_argument(
         "--reference",
@@ -192,20 +228,73 @@ def _env_values(items: list[str], option: str) -> dict[str, float]:
     return values
 
 
+def _chosen(
+    experiment: Experiment, envs: list[str] | None, algos: list[str] | None, seeds: list[int] | None
+) -> Experiment:
+    """The runs of ``experiment`` on ``envs``, of ``algos`` and ``seeds`` (``None``: all)."""
+    for option, wanted, present in (
+        ("--env", envs, experiment.envs),
+        ("--algo", algos, experiment.algos),
+        ("--seeds", seeds, sorted({r.seed for r in experiment.runs})),
+    ):
+        unknown = [w for w in wanted or [] if w not in present]
+        if unknown:
+            raise ValueError(f"{option} {unknown}: the experiment has {present}")
+    runs = tuple(
+        r
+        for r in experiment.runs
+        if (envs is None or r.env_id in envs)
+        and (algos is None or r.algo in algos)
+        and (seeds is None or r.seed in seeds)
+    )
+    return Experiment(runs)
+
+
+def _check_complete(experiment: Experiment) -> None:
+    """Every algorithm has a finished run of each of its seeds on every env, else a
+    ``ValueError`` naming the runs by id and the options that leave them out."""
+    missing: list[str] = []
+    for algo in experiment.algos:
+        own = [r for r in experiment.runs if r.algo == algo]
+        by_key = {(r.env_id, r.seed): r for r in own}
+        for env in experiment.envs:
+            for seed in sorted({r.seed for r in own}):
+                run = by_key.get((env, seed))
+                if run is None:
+                    missing.append(f"{algo} on {env} seed {seed} (no run)")
+                elif run.status != "finished":
+                    missing.append(f"{run.run_id} ({run.status})")
+    if missing:
+        raise ValueError(
+            f"runs not finished: {', '.join(missing)}; every algorithm needs a finished run "
+            "of each of its seeds on every env compared: re-run the sweep command to finish "
+            "them, or leave them out with --env, --algo or --seeds (of the experiment's "
+            f"envs {experiment.envs}, algorithms {experiment.algos})"
+        )
+
+
 def run_compare(args: argparse.Namespace) -> int:
-    """Print the comparison of ``args.paths`` (and write the report); 2 on bad input."""
+    """Print the comparison of ``args.paths`` (and write the report); 2 on bad input.
+
+    Every input is checked (``--reps``, the runs chosen, ``--out``) before the bootstrap."""
     from epochtrain.experiment.results import load_experiment
 
     try:
-        experiment = load_experiment(*args.paths)
+        reps = check_report_reps(args.reps, "--reps")
+        seeds = None if args.seeds is None else parse_seeds(args.seeds)
+        experiment = _chosen(load_experiment(*args.paths), args.env, args.algo, seeds)
+        _check_complete(experiment)
+        out_dir = None if args.out is None else Path(args.out)
+        if out_dir is not None:
+            check_out_dir(out_dir, "--out")
         report = build_report(
             experiment,
             score=args.score,
-            reps=args.reps,
+            reps=reps,
             seed=args.seed,
             reference_scores=_env_values(args.reference, "--reference"),
             random_scores=_env_values(args.random, "--random"),
-            out_dir=None if args.out is None else Path(args.out),
+            out_dir=out_dir,
         )
     except (ValueError, FileNotFoundError) as exc:
         print(f"epochtrain compare: error: {exc}", file=sys.stderr)

@@ -181,5 +181,6 @@ def _line_with_band(
     ax: Any, x: Any, estimate: Any, low: Any, high: Any, color: Any, label: str
 ) -> None:
     """The estimate as a line and its confidence interval as a shaded band around it."""
-    ax.plot(x, estimate, color=color, label=label)
+    single = len(estimate) == 1  # a one-point line is invisible without a marker
+    ax.plot(x, estimate, color=color, label=label, marker="o" if single else None)
     ax.fill_between(x, low, high, color=color, alpha=_BAND_ALPHA, linewidth=0)

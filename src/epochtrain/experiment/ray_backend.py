@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from epochtrain.extras import require
@@ -145,6 +145,19 @@ def _run_id(trial: Trial) -> str:
     return Path(str(trial.config[RUN_DIR_KEY])).name
 
 
+def _result_run_dir(
+    result: tune.Result, names: Mapping[str, Path], by_id: Mapping[str, Path]
+) -> Path | None:
+    """The run directory of a trial's ``result``, ``None`` for a trial of no run here.
+
+    A trial stopped (Ctrl-C) or failed before its first result has no config in its result;
+    its Tune directory is then named by the run id (``trial_dirname_creator``)."""
+    config = result.config or {}
+    if RUN_DIR_KEY in config:
+        return names.get(str(config[RUN_DIR_KEY]))
+    return by_id.get(PurePosixPath(str(result.path)).name)
+
+
 class _ProgressCallback(tune.Callback):
     """Feeds the runner's progress bars from the driver's view of the trials."""
 
@@ -214,10 +227,12 @@ def run_trials(
         )
         with _quiet_tune(), _sigterm_stops_tune() as terminated:
             grid = tuner.fit()
+    by_id = {d.name: d for d in run_dirs}
     for index in range(len(grid)):
         result = grid[index]
-        config = result.config or {}
-        run_dir = names[str(config[RUN_DIR_KEY])]
+        run_dir = _result_run_dir(result, names, by_id)
+        if run_dir is None:
+            continue
         if result.error is not None and not is_finished(run_dir):
             failed_result(run_dir, spec_of(run_dir), result.error)
         progress.end(run_dir, failed=not is_finished(run_dir))

@@ -3,17 +3,23 @@
 :func:`build_report` computes every statistic of :mod:`epochtrain.experiment.stats` on an
 :class:`~epochtrain.experiment.Experiment` and returns the Markdown that ``epochtrain
 compare`` prints; with ``out_dir`` it also writes ``report.md`` and the figures there
-(figures need matplotlib; without it the report says which extra to install).
+(figures need matplotlib; without it the report says which extra to install). Bad input
+(too few replicates, an ``out_dir`` that cannot hold the report) is refused before the
+bootstrap starts. An interval over fewer than :data:`MIN_RUNS_FOR_CI` runs is not shown.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
+
 from epochtrain.data.io import replace_file
-from epochtrain.experiment.bootstrap import FloatArray
+from epochtrain.experiment.bootstrap import FloatArray, IntervalEstimate
 from epochtrain.experiment.curves import (
     CurveEstimate,
     ScoreMethod,
@@ -21,7 +27,7 @@ from epochtrain.experiment.curves import (
     curve_estimates,
 )
 from epochtrain.experiment.normalization import NormalizedScores, normalize_scores
-from epochtrain.experiment.results import Experiment
+from epochtrain.experiment.results import Experiment, RunResult
 from epochtrain.experiment.stats import (
     aggregate_estimates,
     pairwise_improvement,
@@ -30,13 +36,47 @@ from epochtrain.experiment.stats import (
 )
 from epochtrain.extras import MissingExtraError
 
-__all__ = ["build_report"]
+__all__ = [
+    "FIGURES",
+    "MIN_REPS",
+    "MIN_RUNS_FOR_CI",
+    "REPORT_FILE",
+    "build_report",
+    "check_out_dir",
+    "check_report_reps",
+]
+
+MIN_REPS = 100
+"""Fewest bootstrap replicates a report takes: with fewer, the 2.5% and 97.5% percentiles
+are one or two replicates each and the interval may not even contain its estimate."""
+
+MIN_RUNS_FOR_CI = 2
+"""Fewest runs per (algorithm, env) for an interval: a bootstrap of one run has zero width."""
+
+REPORT_FILE = "report.md"
+FIGURES = (
+    "sample_efficiency.png",
+    "aggregate_intervals.png",
+    "performance_profiles.png",
+    "probability_of_improvement.png",
+)
+"""The figures a report may write; those a new report does not draw are removed from
+``out_dir`` (a figure of an earlier comparison), no other file is touched."""
+
+STOPPED_AT_GOAL = "stop_fn"
+"""The ``stop_reason`` of a run that reached its ``stop_at`` return (it solved the task)."""
 
 _SCORE_TEXT = {
     "final": "final test return",
     "best": "best test return",
     "auc": "area under the test curve per env step",
 }
+
+
+def _est(est: IntervalEstimate, spec: str, n_runs: int) -> str:
+    if n_runs < MIN_RUNS_FOR_CI:
+        return f"{est.estimate:{spec}} [CI n/a: {n_runs} run]"
+    return format(est, spec)
 
 
 def _per_env_table(
@@ -51,7 +91,7 @@ def _per_env_table(
         for algo, per_env in summary.items():
             s = per_env[env]
             lines.append(
-                f"| {env} | {algo} | {s.iqm:.1f} | {s.mean.estimate:.1f} | "
+                f"| {env} | {algo} | {_est(s.iqm, '.1f', s.n_runs)} | {s.mean.estimate:.1f} | "
                 f"{s.median.estimate:.1f} | {s.n_runs} |"
             )
     return lines
@@ -72,11 +112,54 @@ def _aggregate_table(norm: NormalizedScores, reps: int, seed: int) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for algo, agg in aggregate_estimates(norm, reps=reps, seed=seed).items():
-        lines.append(
-            f"| {algo} | {agg.iqm:.3f} | {agg.mean:.3f} | {agg.median:.3f} | "
-            f"{agg.optimality_gap:.3f} |"
-        )
+        n = norm[algo].shape[0]
+        cells = [_est(e, ".3f", n) for e in (agg.iqm, agg.mean, agg.median, agg.optimality_gap)]
+        lines.append(f"| {algo} | {' | '.join(cells)} |")
     return lines
+
+
+def check_out_dir(out_dir: Path, name: str = "out_dir") -> None:
+    """Create ``out_dir`` if needed and check that a file can be written in it, else raise
+    a one-line ``ValueError`` naming ``name`` (``--out`` from the command line)."""
+    where = f"{name} {os.fspath(out_dir)!r}"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{where} is a file: give a directory for the report")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise ValueError(
+            f"{where} cannot hold the report ({why}): give a writable directory"
+        ) from None
+
+
+def check_report_reps(reps: int, name: str = "reps") -> int:
+    """``reps`` if it is an int of at least :data:`MIN_REPS`, else a ``ValueError`` naming
+    ``name`` (``--reps`` from the command line)."""
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < MIN_REPS:
+        raise ValueError(
+            f"{name} must be an int of at least {MIN_REPS} bootstrap replicates (default "
+            f"10000), got {reps!r}: with fewer the 95% interval rests on one or two replicates"
+        )
+    return reps
+
+
+def _few_runs_note(scores: Mapping[str, FloatArray]) -> list[str]:
+    few = [
+        f"{algo} ({arr.shape[0]} run)"
+        for algo, arr in scores.items()
+        if arr.shape[0] < MIN_RUNS_FOR_CI
+    ]
+    if not few:
+        return []
+    return [
+        f"**Warning:** no confidence interval for {', '.join(few)}: a bootstrap over fewer "
+        f"than {MIN_RUNS_FOR_CI} runs per env has zero width, so the tables say `CI n/a` and "
+        "the figures show no band; run more seeds (5 or more for useful intervals).",
+        "",
+    ]
 
 
 def build_report(
@@ -90,6 +173,9 @@ def build_report(
     out_dir: Path | None = None,
 ) -> str:
     """The Markdown comparison of ``experiment``'s finished runs (module docstring)."""
+    check_report_reps(reps)
+    if out_dir is not None:
+        check_out_dir(out_dir)
     scores, envs = experiment.scores(score)
     lines = [
         "# Experiment comparison",
@@ -97,6 +183,7 @@ def build_report(
         f"Score of a run: {_SCORE_TEXT[score]}. Intervals: 95% stratified bootstrap over "
         f"runs, {reps} replicates, seed {seed} (Agarwal et al. 2021).",
         "",
+        *_few_runs_note(scores),
         "## Per env",
         "",
         *_per_env_table(scores, envs, reps, seed),
@@ -112,6 +199,11 @@ def build_report(
         lines += _aggregate_table(norm, reps, seed)
     except ValueError as exc:
         lines.append(f"Skipped, the scores cannot be normalised: {exc}")
+    except Exception as exc:  # an env's own code, run to measure its random score
+        lines.append(
+            f"Skipped, the scores cannot be normalised: measuring a random score raised "
+            f"{type(exc).__name__}: {exc} (give it with --random ENV=SCORE)"
+        )
     if len(scores) > 1:
         lines += [
             "",
@@ -121,12 +213,70 @@ def build_report(
             "|---|---|",
         ]
         for (x, y), est in pairwise_improvement(scores, reps=reps, seed=seed).items():
-            lines.append(f"| {x} vs {y} | {est:.2f} |")
+            n = min(scores[x].shape[0], scores[y].shape[0])
+            lines.append(f"| {x} vs {y} | {_est(est, '.2f', n)} |")
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
         lines += ["", "## Figures", "", *_figures(experiment, norm, scores, reps, seed, out_dir)]
-        replace_file(out_dir / "report.md", ("\n".join(lines) + "\n").encode("utf-8"))
+        replace_file(out_dir / REPORT_FILE, ("\n".join(lines) + "\n").encode("utf-8"))
     return "\n".join(lines)
+
+
+def _carried_forward(runs: list[RunResult]) -> list[tuple[FloatArray, FloatArray]]:
+    """The runs' test curves, each run that reached its goal (``stop_at``) held at its last
+    test return at the later tests of the other runs: it solved the task and stopped, so the
+    grid is not cut where it stopped."""
+    later = np.unique(np.concatenate([run.steps for run in runs]))
+    curves = []
+    for run in runs:
+        steps, returns = run.steps, run.test_returns
+        if run.stop_reason == STOPPED_AT_GOAL:
+            extra = later[later > steps[-1]]
+            steps = np.concatenate([steps, extra])
+            returns = np.concatenate([returns, np.full(extra.size, returns[-1])])
+        curves.append((steps, returns))
+    return curves
+
+
+def _sample_efficiency(
+    experiment: Experiment, reps: int, seed: int
+) -> tuple[dict[str, dict[str, CurveEstimate]], list[str]]:
+    """``{env: {algo: CurveEstimate}}`` on each algorithm's own grid, and notes on curves
+    that reached-goal runs extend or that short runs cut."""
+    curves: dict[str, dict[str, CurveEstimate]] = {}
+    notes: list[str] = []
+    for env in experiment.envs:
+        curves[env] = {}
+        for algo in experiment.algos:
+            runs = [
+                r
+                for r in experiment.finished()
+                if r.env_id == env and r.algo == algo and r.test_returns.size
+            ]
+            if not runs:
+                continue
+            carried = [r.run_id for r in runs if r.stop_reason == STOPPED_AT_GOAL]
+            if carried and len(runs) > 1:
+                notes.append(
+                    f"{algo} on {env}: {', '.join(carried)} reached stop_at and count at their "
+                    "last test return after they stopped."
+                )
+            try:
+                grid, values = align_curves(_carried_forward(runs))
+            except ValueError as exc:  # runs that share no env steps: no common curve
+                notes.append(f"**Warning:** {algo} on {env}: no curve drawn: {exc}.")
+                continue
+            last = max(float(r.steps[-1]) for r in runs)
+            if grid[-1] < last:
+                short = [r.run_id for r in runs if r.steps[-1] <= grid[-1]]
+                notes.append(
+                    f"**Warning:** {algo} on {env}: the curve ends at {grid[-1]:.0f} env steps "
+                    f"({grid.size} test{'s' if grid.size > 1 else ''}), where "
+                    f"{', '.join(short)} ended without reaching stop_at; its other runs go "
+                    f"on to {last:.0f}."
+                )
+            est = curve_estimates({algo: values}, grid, reps=reps, seed=seed)
+            curves[env][algo] = est[algo]
+    return {env: per_algo for env, per_algo in curves.items() if per_algo}, notes
 
 
 def _figures(
@@ -139,17 +289,13 @@ def _figures(
 ) -> list[str]:
     from epochtrain.experiment import plots
 
-    written: list[tuple[str, str]] = []
+    curves, notes = _sample_efficiency(experiment, reps, seed)
+    lines = [f"- {note}" for note in notes] + ([""] if notes else [])
+    written: list[str] = []
     try:
-        curves: dict[str, dict[str, CurveEstimate]] = {}
-        for env in experiment.envs:
-            curves[env] = {}
-            for algo, runs in experiment.curves(env).items():
-                # each algorithm on the grid of its own runs: its line spans all its tests
-                grid, values = align_curves(runs)
-                est = curve_estimates({algo: values}, grid, reps=reps, seed=seed)
-                curves[env][algo] = est[algo]
-        figures = {"sample_efficiency.png": plots.plot_sample_efficiency(curves)}
+        figures = {}
+        if curves:
+            figures["sample_efficiency.png"] = plots.plot_sample_efficiency(curves)
         if norm is not None:
             summaries = aggregate_estimates(norm, reps=reps, seed=seed)
             figures["aggregate_intervals.png"] = plots.plot_aggregate_intervals(summaries)
@@ -159,10 +305,14 @@ def _figures(
             poi = pairwise_improvement(scores, reps=reps, seed=seed)
             figures["probability_of_improvement.png"] = plots.plot_probability_of_improvement(poi)
     except MissingExtraError as exc:
-        return [f"Figures skipped: {exc}"]
+        figures = {}
+        lines.append(f"Figures skipped: {exc}")
     for name, fig in figures.items():
         png = io.BytesIO()
         fig.savefig(png, dpi=110, format="png")
         replace_file(out_dir / name, png.getvalue())
-        written.append((name, name.removesuffix(".png").replace("_", " ")))
-    return [f"![{title}]({name})" for name, title in written]
+        written.append(name)
+    for stale in set(FIGURES) - set(written):  # an earlier report's figure would mislead
+        (out_dir / stale).unlink(missing_ok=True)
+    titles = [name.removesuffix(".png").replace("_", " ") for name in written]
+    return lines + [f"![{title}]({name})" for name, title in zip(written, titles, strict=True)]

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from epochtrain.envs import env_name
 from epochtrain.experiment.bootstrap import FloatArray
 from epochtrain.experiment.curves import SCORE_METHODS, ScoreMethod, run_score
 from epochtrain.experiment.runs import (
@@ -100,7 +101,7 @@ class Experiment:
             runs = {(r.env_id, r.seed): r for r in self.finished() if r.algo == algo}
             seeds = sorted({r.seed for r in self.runs if r.algo == algo and r.env_id in env_ids})
             missing = [
-                f"{algo}-{env}-s{seed}"
+                f"{algo}-{env_name(env)}-s{seed}"  # the run id (RunSpec.run_id)
                 for env in env_ids
                 for seed in seeds
                 if (env, seed) not in runs

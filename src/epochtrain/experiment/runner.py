@@ -143,7 +143,7 @@ def run_experiment(
         )
     root = Path(out_dir)
     run_dirs = prepare_runs(specs, root)
-    pending = [d for d in run_dirs if not is_finished(d) and not _held_elsewhere(d)]
+    pending = _not_held([d for d in run_dirs if not is_finished(d)])
     check_writable(root, pending)
     with Progress(run_dirs, pending, enabled=show_progress) as progress:
         if backend == "lockstep":
@@ -165,12 +165,21 @@ def run_experiment(
     return load_experiment(root)
 
 
-def _held_elsewhere(run_dir: Path) -> bool:
-    """Whether another live sweep runs ``run_dir`` now (then it is skipped, with a note)."""
-    holder = run_in_use(run_dir)
-    if holder is not None:
+HOLD_WAIT = 20.0
+"""Seconds a sweep waits for runs another live process holds before it skips them: the
+workers of a sweep whose driver was just killed (Ray's actors) take seconds to die."""
+
+
+def _not_held(run_dirs: list[Path]) -> list[Path]:
+    """``run_dirs`` but those another live sweep runs now (skipped, each with a note)."""
+    held = {d: h for d in run_dirs if (h := run_in_use(d)) is not None}
+    deadline = time.monotonic() + HOLD_WAIT
+    while held and time.monotonic() < deadline:
+        time.sleep(0.25)
+        held = {d: h for d in held if (h := run_in_use(d)) is not None}
+    for run_dir, holder in held.items():
         note_in_use(run_dir, holder)
-    return holder is not None
+    return [d for d in run_dirs if d not in held]
 
 
 def _check_ray_options(

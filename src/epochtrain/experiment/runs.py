@@ -167,7 +167,8 @@ def read_test_curve(run_dir: Path) -> tuple[list[float], list[float]]:
 
 
 def open_trainer(run_dir: Path) -> Any:
-    """The trainer of ``run_dir/spec.toml``, resumed from its latest checkpoint if any."""
+    """The trainer of ``run_dir/spec.toml``, resumed from its latest checkpoint if any; a
+    run without one starts over, and the log records an earlier start wrote are dropped."""
     from epochtrain.checkpoint import find_checkpoints
     from epochtrain.factory import make_trainer
 
@@ -175,6 +176,8 @@ def open_trainer(run_dir: Path) -> Any:
     if find_checkpoints(run_dir / CHECKPOINTS):
         # loaded here rather than through resume_from, so the spec stays the one on disk
         trainer.load_checkpoint(run_dir / CHECKPOINTS)
+    else:  # started over (killed before its first checkpoint): its old records are dropped
+        trainer.logger.load_state_dict(trainer.logger.state_dict())
     return trainer
 
 
