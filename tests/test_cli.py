@@ -222,3 +222,18 @@ def test_a_directory_under_a_file_exits_2_with_one_line_naming_the_option(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert f"{option} '{tmp_path / 'file' / 'x'}' is under" in err
+
+
+def test_a_warning_is_one_line_for_the_user_of_a_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    short = ["--algo", "ppo", "--step-per-epoch", "64", "--set", "step_per_collect=64"]
+    quiet = ["--logdir", str(tmp_path), "--no-progress", "--quiet"]
+    assert main(["train", *short, "--max-epoch", "1", *quiet]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    capsys.readouterr()
+    # resuming with more epochs warns that a setting changed
+    assert main(["train", *short, "--max-epoch", "2", *quiet, "--resume", str(run_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "epochtrain: warning: resuming" in err and "max_epoch" in err
+    assert "UserWarning" not in err and ".py:" not in err

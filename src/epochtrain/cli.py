@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -224,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     words = list(sys.argv[1:] if argv is None else argv)
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), warnings.catch_warnings():
+            warnings.showwarning = _warning_line
             return _main(argv)
     except KeyboardInterrupt as exc:
         print(interrupted_line(exc, words), file=sys.stderr)
@@ -234,6 +236,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(failed_line(exc, words), file=sys.stderr)
         return 1
+
+
+def _warning_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A warning as one line on stderr (not Python's ``file:line: Category`` and source):
+    for the user of a command, not the reader of its code."""
+    print(f"epochtrain: warning: {message}", file=sys.stderr)
 
 
 def _main(argv: Sequence[str] | None) -> int:
