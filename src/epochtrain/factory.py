@@ -26,7 +26,7 @@ from epochtrain.trainer import BaseTrainer
 from epochtrain.trainer.base import StopFn
 from epochtrain.trainer.hooks import TrainerHook
 
-__all__ = ["make_envs", "make_trainer"]
+__all__ = ["check_spec", "make_envs", "make_trainer"]
 
 
 class _Unset:
@@ -142,18 +142,45 @@ def _stop_at(threshold: float | None) -> StopFn | None:
     return stop_fn
 
 
-def _load_dataset(spec: RunSpec) -> ReplayBuffer:
-    """The spec's dataset: a buffer file, or ``minari:<dataset id>`` (a local Minari dataset)."""
+def check_spec(spec: RunSpec) -> None:
+    """Raise what :func:`make_trainer` would raise for the settings of ``spec`` that only
+    show when it is built: a policy that cannot act on the env's spaces (DQN on Box
+    actions, ...), a device that cannot hold it, an offline algorithm without its dataset
+    file. Cheap (one env, no data loaded): a sweep checks every run with it first."""
+    if spec.entry.kind == "offline":
+        dataset = _need_dataset(spec)
+        if not dataset.startswith("minari:") and not Path(dataset).is_file():
+            raise FileNotFoundError(f"dataset {dataset!r} of {spec.run_id} is not a file")
+    envs = make_envs(spec.env_id, 1)
+    try:
+        with torch.random.fork_rng():
+            spec.entry.policy_cls(
+                envs.single_observation_space,
+                envs.single_action_space,
+                spec.config,
+                device=spec.device,
+            )
+    finally:
+        envs.close()
+
+
+def _need_dataset(spec: RunSpec) -> str:
     if spec.dataset is None:
         raise ValueError(
             f"algo {spec.algo!r} needs a dataset: set dataset='path/to/file' (record one with "
             "`epochtrain collect`) or 'minari:<dataset id>', or pass buffer=ReplayBuffer.load(path)"
         )
-    if spec.dataset.startswith("minari:"):
+    return spec.dataset
+
+
+def _load_dataset(spec: RunSpec) -> ReplayBuffer:
+    """The spec's dataset: a buffer file, or ``minari:<dataset id>`` (a local Minari dataset)."""
+    dataset = _need_dataset(spec)
+    if dataset.startswith("minari:"):
         from epochtrain.data.minari import load_minari_buffer
 
-        return load_minari_buffer(spec.dataset.removeprefix("minari:"), device=spec.device)
-    return ReplayBuffer.load(spec.dataset, device=spec.device)
+        return load_minari_buffer(dataset.removeprefix("minari:"), device=spec.device)
+    return ReplayBuffer.load(dataset, device=spec.device)
 
 
 def _make_buffer(spec: RunSpec) -> ReplayBuffer:

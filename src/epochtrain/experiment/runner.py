@@ -142,6 +142,7 @@ def run_experiment(
             run_trials,  # without ray: the error naming the extra, first
         )
     root = Path(out_dir)
+    _check_specs(specs)
     run_dirs = prepare_runs(specs, root)
     pending = _not_held([d for d in run_dirs if not is_finished(d)])
     check_writable(root, pending)
@@ -163,6 +164,23 @@ def run_experiment(
             n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
             run_processes(pending, n, progress, max_failures=max_failures)
     return load_experiment(root)
+
+
+def _check_specs(specs: Sequence[RunSpec]) -> None:
+    """Refuse, before any run starts or any file is written, a spec that only its run would
+    find unbuildable (DQN on Box actions, an offline algorithm without its dataset): one
+    check per algorithm, env and settings (seeds build alike)."""
+    from epochtrain.factory import check_spec
+
+    seen: set[str] = set()
+    for spec in specs:
+        key = spec.with_overrides({"seed": 0}).to_json()
+        if key not in seen:
+            seen.add(key)
+            try:
+                check_spec(spec)
+            except ValueError as exc:
+                raise ValueError(f"run {spec.run_id}: {exc}") from exc
 
 
 HOLD_WAIT = 20.0
