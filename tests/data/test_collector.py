@@ -140,6 +140,10 @@ def test_collect_needs_exactly_one_positive_amount() -> None:
     for kwargs in [{}, {"n_step": 1, "n_episode": 1}, {"n_step": 0}, {"n_episode": -1}]:
         with pytest.raises(ValueError):
             collector.collect(**kwargs)
+    for name, value in [("n_step", 2.5), ("n_episode", "3"), ("n_step", True)]:
+        with pytest.raises(ValueError, match=f"{name} must be a positive int, got {value!r}"):
+            collector.collect(**{name: value})  # before any step
+    assert collector.collect(n_step=np.int64(3)).n_collected_steps >= 3
 
 
 # ------------------------------------------------------------------- n_step, n_episode

@@ -190,10 +190,11 @@ class Collector:
                 f"give exactly one of n_step and n_episode, got n_step={n_step!r}, "
                 f"n_episode={n_episode!r}"
             )
-        if n_step is not None and n_step < 1:
-            raise ValueError(f"n_step must be a positive int, got {n_step!r}")
-        if n_episode is not None and n_episode < 1:
-            raise ValueError(f"n_episode must be a positive int, got {n_episode!r}")
+        for name, value in (("n_step", n_step), ("n_episode", n_episode)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1
+            ):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self._obs is None:
             self.reset()
         if n_episode is not None:
