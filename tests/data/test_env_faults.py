@@ -22,6 +22,7 @@ def test_the_first_non_finite_sub_env_is_named_with_the_env_id_and_the_step() ->
     with pytest.raises(NonFiniteError) as info:
         check_finite(cartpoles(), obs, rew, steps=17)
     assert "the reward of sub-env 1 of 'CartPole-v1' is not finite" in str(info.value)
+    assert "(reward np.float64(nan); a reward of None reads as nan too)" in str(info.value)
     assert info.value.where == "reward of sub-env 1 of 'CartPole-v1'"
     assert info.value.env_step == 17
 

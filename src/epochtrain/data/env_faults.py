@@ -35,12 +35,13 @@ def check_finite(env: Any, obs: Any, rew: np.ndarray | None, steps: int) -> None
     i = int(bad[0])
     what = "observation" if bad_obs[i] else "reward"
     if bad_obs[i]:
-        value = obs if isinstance(obs, dict) else obs[i]
+        value = repr(obs if isinstance(obs, dict) else obs[i])
     else:
-        value = rew[i] if rew is not None else None
+        assert rew is not None  # a reward is bad only where there are rewards
+        value = repr(rew[i]) + ("; a reward of None reads as nan too" if np.isnan(rew[i]) else "")
     env_id = env_label(env, i)
     raise NonFiniteError(
-        f"the {what} of sub-env {i} of {env_id!r} is not finite ({what} {value!r}) after "
+        f"the {what} of sub-env {i} of {env_id!r} is not finite ({what} {value}) after "
         f"{steps} env steps of this collect step; check the env (or wrap it, e.g. "
         "gymnasium.wrappers.ClipReward / a NaN guard)",
         where=f"{what} of sub-env {i} of {env_id!r}",
