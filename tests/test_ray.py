@@ -24,7 +24,8 @@ from ray.tune.result import TRIAL_INFO  # noqa: E402
 
 from epochtrain.experiment import grid, run_experiment  # noqa: E402
 from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
-from epochtrain.experiment.runs import open_trainer, prepare_runs  # noqa: E402
+from epochtrain.experiment.prepare import prepare_runs  # noqa: E402
+from epochtrain.experiment.runs import open_trainer  # noqa: E402
 from epochtrain.extras import MissingExtraError  # noqa: E402
 from epochtrain.spec import RunSpec  # noqa: E402
 from tests.experiment.settings import FAST, results  # noqa: E402

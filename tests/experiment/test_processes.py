@@ -210,8 +210,8 @@ def test_a_pool_whose_workers_cannot_start_ends_after_max_failures_with_every_ru
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from epochtrain.experiment import processes
+    from epochtrain.experiment.prepare import prepare_runs
     from epochtrain.experiment.progress import Progress
-    from epochtrain.experiment.runs import prepare_runs
 
     pools: list[_PoolThatCannotStart] = []
 

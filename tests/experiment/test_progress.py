@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from epochtrain.experiment import grid
+from epochtrain.experiment.prepare import prepare_runs
 from epochtrain.experiment.progress import Progress
-from epochtrain.experiment.runs import prepare_runs
 from tests.experiment.settings import FAST
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from epochtrain.experiment import grid, load_experiment
-from epochtrain.experiment.runs import open_trainer, prepare_runs
+from epochtrain.experiment.prepare import prepare_runs
+from epochtrain.experiment.runs import open_trainer
 from tests.experiment.settings import FAST
 
 

@@ -30,11 +30,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from epochtrain.experiment.prepare import check_writable, prepare_runs
 from epochtrain.experiment.processes import run_processes
 from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.results import Experiment, load_experiment
 from epochtrain.experiment.runs import (
-    check_writable,
     close_envs,
     failed_result,
     finished_result,
@@ -42,7 +42,6 @@ from epochtrain.experiment.runs import (
     is_finished,
     note_in_use,
     open_trainer,
-    prepare_runs,
     run_in_use,
     spec_of,
 )

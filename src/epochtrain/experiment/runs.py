@@ -2,24 +2,20 @@
 
 ``out_dir/<run_id>/`` holds ``spec.toml`` (the resolved :class:`~epochtrain.spec.RunSpec`),
 ``log.jsonl`` (every logged record), ``checkpoints/epoch_*`` and, once the run has ended,
-``result.json``. ``out_dir/experiment.json`` lists the run ids. The functions here prepare
-the run directories (every check before anything is written; the index updated under a
-lock), open a run (resuming from its latest checkpoint), and write its result atomically;
+``result.json``. ``out_dir/experiment.json`` lists the run ids. The functions here open a
+run (resuming from its latest checkpoint), write its result atomically and say whether
+another sweep runs it; :mod:`epochtrain.experiment.prepare` sets the directories up, and
 the backends in :mod:`epochtrain.experiment.runner` decide which process advances which
 trainer.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import socket
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +31,14 @@ __all__ = [
     "SPEC_FILE",
     "check_format",
     "check_same_run",
-    "check_writable",
     "close_envs",
     "failed_result",
     "finished_result",
+    "flatten",
     "in_use_error",
     "is_finished",
     "note_in_use",
     "open_trainer",
-    "prepare_runs",
     "read_index",
     "read_json",
     "read_test_curve",
@@ -57,8 +52,6 @@ EXPERIMENT_FILE = "experiment.json"
 RESULT_FILE = "result.json"
 SPEC_FILE = "spec.toml"
 LOG_FILE = "log.jsonl"
-INDEX_LOCK = ".experiment.lock"
-"""Held (``flock``) by a sweep while it checks and updates the run directories and index."""
 CHECKPOINTS = RUN_CHECKPOINTS
 FORMAT = "epochtrain-experiment"
 FORMAT_VERSION = 1
@@ -82,11 +75,12 @@ def resolve_spec(spec: RunSpec, run_dir: Path) -> RunSpec:
     )
 
 
-def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: a spec's dict as one level of settings."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flatten(value, f"{prefix}{key}."))
         elif key not in _LOCATION:
             out[prefix + key] = list(value) if isinstance(value, tuple) else value
     return out
@@ -94,7 +88,7 @@ def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def check_same_run(stored: RunSpec, wanted: RunSpec, run_dir: Path) -> None:
     """``ValueError`` unless ``stored`` (from ``run_dir``) computes what ``wanted`` does."""
-    old, new = _flat(stored.to_dict()), _flat(wanted.to_dict())
+    old, new = flatten(stored.to_dict()), flatten(wanted.to_dict())
     differing = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     if differing:
         detail = ", ".join(f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in differing)
@@ -238,167 +232,6 @@ def failed_result(run_dir: Path, spec: RunSpec, exc: BaseException) -> dict[str,
     }
     write_json(run_dir / RESULT_FILE, result)
     return result
-
-
-def prepare_runs(specs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
-    """Create or check each run's directory and ``out_dir/experiment.json``; the run dirs.
-
-    Every check comes before anything is written (:class:`ValueError` naming the problem):
-    an ``out_dir`` that is not a writable directory, a run directory holding other
-    settings, and runs of the same algorithm and env whose settings differ in more than
-    the seed (``epochtrain compare`` pools them as one sample). ``experiment.json`` keeps
-    the runs it listed, adds the new ones and drops, with a warning, a listed run whose
-    directory was deleted (a sweep that includes it starts it again). The update happens
-    under a lock on ``out_dir``, so sweeps set up at once all get their runs listed; an
-    unchanged file is not written again (a finished sweep re-runs on a read-only copy).
-    """
-    ids = [spec.run_id for spec in specs]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise ValueError(
-            f"specs must have distinct run ids (<algo>-<env_id>-s<seed>), got {duplicates} "
-            "more than once: give each run its own seed, or use one out_dir per setting"
-        )
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"out_dir {os.fspath(out_dir)!r} is a file: give a directory")
-    plan = _plan(specs, out_dir)
-    if plan.writes or plan.index_changed:
-        with _index_lock(out_dir):
-            plan = _plan(specs, out_dir)  # again: another sweep may have written meanwhile
-            try:
-                for run_dir, spec in plan.writes:
-                    run_dir.mkdir(exist_ok=True)
-                    spec.to_file(run_dir / SPEC_FILE)
-                if plan.index_changed:
-                    index = {"format": FORMAT, "version": FORMAT_VERSION, "runs": plan.runs}
-                    write_json(out_dir / EXPERIMENT_FILE, index)
-            except OSError as exc:
-                raise ValueError(_unusable(out_dir, exc)) from exc
-    for run_id in plan.dropped:
-        warnings.warn(
-            f"{os.fspath(out_dir / EXPERIMENT_FILE)!r} no longer lists run {run_id!r}: its "
-            "directory was deleted (a sweep with its seed starts it again)",
-            stacklevel=2,
-        )
-    return [out_dir / run_id for run_id in ids]
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What :func:`prepare_runs` writes: each new or changed ``spec.toml`` and the index."""
-
-    writes: list[tuple[Path, RunSpec]]
-    runs: list[str]
-    index_changed: bool
-    dropped: list[str]
-
-
-def _plan(specs: Sequence[RunSpec], out_dir: Path) -> _Plan:
-    """Check ``specs`` against ``out_dir`` as it is now (``ValueError``), writing nothing."""
-    index = out_dir / EXPERIMENT_FILE
-    listed = read_index(index) if index.is_file() else []
-    wanted = {s.run_id: resolve_spec(s, (out_dir / s.run_id).resolve()) for s in specs}
-    stored: dict[str, RunSpec] = {}
-    for run_id in dict.fromkeys([*listed, *wanted]):
-        if (out_dir / run_id / SPEC_FILE).is_file():
-            stored[run_id] = RunSpec.from_file(out_dir / run_id / SPEC_FILE)
-    _check_one_setting(wanted, stored, out_dir)
-    for run_id, spec in wanted.items():
-        if run_id in stored:
-            check_same_run(stored[run_id], spec, out_dir / run_id)
-    dropped = [r for r in listed if r not in wanted and not (out_dir / r).exists()]
-    runs = [r for r in dict.fromkeys([*listed, *wanted]) if r not in dropped]
-    writes = [
-        (out_dir / run_id, spec)
-        for run_id, spec in wanted.items()
-        if run_id not in stored or stored[run_id].to_toml() != spec.to_toml()
-    ]
-    return _Plan(writes, runs, runs != listed or not index.is_file(), dropped)
-
-
-def _settings(spec: RunSpec) -> dict[str, Any]:
-    """What ``spec`` computes, but for its seed: equal for the runs of one sample."""
-    settings = _flat(spec.to_dict())
-    settings.pop("trainer.seed")
-    return settings
-
-
-def _check_one_setting(
-    wanted: Mapping[str, RunSpec], stored: Mapping[str, RunSpec], out_dir: Path
-) -> None:
-    """``ValueError`` if runs of one algorithm and env, wanted or already in ``out_dir``,
-    differ in more than their seed: a comparison would pool them as one sample."""
-    samples: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-    for run_id, spec in wanted.items():
-        key, settings = (spec.algo, spec.env_id), _settings(spec)
-        first_id, first = samples.setdefault(key, (run_id, settings))
-        if first != settings:
-            raise ValueError(
-                f"specs {first_id} and {run_id} run {spec.algo} on {spec.env_id} with "
-                f"different settings ({_differences([first], settings)}): the runs of an "
-                "algorithm on an env may differ only in their seed; use one out_dir per setting"
-            )
-    for (algo, env_id), (_, settings) in samples.items():
-        others = {
-            run_id: _settings(spec)
-            for run_id, spec in stored.items()
-            if (spec.algo, spec.env_id) == (algo, env_id) and _settings(spec) != settings
-        }
-        if others:
-            raise ValueError(
-                f"out_dir {os.fspath(out_dir)!r} holds runs of {algo} on {env_id} with other "
-                f"settings ({_differences(list(others.values()), settings)}) in "
-                f"{', '.join(others)}: `epochtrain compare` pools the seeds of an algorithm "
-                "on an env as one sample, so they may differ only in their seed. Write this "
-                "experiment to another out_dir (epochtrain sweep --out), or delete those run "
-                "directories to start them again with these settings"
-            )
-
-
-def _differences(old: Sequence[Mapping[str, Any]], new: Mapping[str, Any]) -> str:
-    keys = sorted({k for o in old for k in o.keys() | new.keys() if o.get(k) != new.get(k)})
-    return "; ".join(
-        f"{k}: {' or '.join(dict.fromkeys(repr(o.get(k)) for o in old))} there, {new.get(k)!r} now"
-        for k in keys
-    )
-
-
-def _unusable(out_dir: Path, exc: OSError) -> str:
-    detail = exc.strerror or str(exc)
-    if exc.filename is not None and os.fspath(exc.filename) != os.fspath(out_dir):
-        detail = f"{os.fspath(exc.filename)!r}: {detail}"
-    return (
-        f"out_dir {os.fspath(out_dir)!r} cannot hold an experiment ({detail}): give a "
-        "directory this user can write"
-    )
-
-
-@contextlib.contextmanager
-def _index_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``out_dir``'s index lock (created with ``out_dir``) for the block."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out_dir / INDEX_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ValueError(_unusable(out_dir, exc)) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def check_writable(out_dir: Path, run_dirs: Sequence[Path]) -> None:
-    """``ValueError`` naming ``out_dir`` if this user cannot write one of ``run_dirs``
-    (runs still to run): said before any work, not as a failure of each run."""
-    for run_dir in run_dirs:
-        for path in (run_dir, run_dir / CHECKPOINTS):
-            if path.exists() and not os.access(path, os.W_OK | os.X_OK):
-                raise ValueError(
-                    f"out_dir {os.fspath(out_dir)!r} cannot hold an experiment: "
-                    f"{os.fspath(path)!r} is not writable, and its run has not finished: "
-                    "give a directory this user can write"
-                )
 
 
 def run_in_use(run_dir: Path) -> str | None:
