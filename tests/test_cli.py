@@ -237,3 +237,23 @@ def test_a_warning_is_one_line_for_the_user_of_a_command(
     err = capsys.readouterr().err
     assert "epochtrain: warning: resuming" in err and "max_epoch" in err
     assert "UserWarning" not in err and ".py:" not in err
+
+
+def test_none_on_a_flag_sets_none_and_is_not_taken_for_an_absent_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["config", "--algo", "ppo", "--stop-at", "None", "--keep-last", "none"]) == 0
+    printed = capsys.readouterr().out
+    assert "stop_at" not in printed and 'keep_last = "none"' in printed  # the preset: 475.0
+    assert main(["config", "--algo", "ppo", "--checkpoint-dir", "None"]) == 0
+    assert "checkpoint_dir" not in capsys.readouterr().out  # not a directory named None
+    assert main(["config", "--algo", "ppo"]) == 0
+    printed = capsys.readouterr().out
+    assert "stop_at = 475.0" in printed and "keep_last = 3" in printed
+
+
+def test_an_off_policy_run_without_a_replay_capacity_exits_2_naming_buffer_size(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["config", "--algo", "dqn", "--buffer-size", "none"]) == 2
+    assert "buffer.buffer_size must be set for the off-policy algo 'dqn'" in capsys.readouterr().err

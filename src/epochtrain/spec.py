@@ -116,6 +116,11 @@ class RunSpec(Config):
                 f"RunSpec.num_envs must be 0 for the offline algo {self.algo!r} (it learns "
                 f"from its dataset, with no training envs), got {self.num_envs}"
             )
+        if entry.kind == "offpolicy" and self.buffer.buffer_size is None:
+            raise ValueError(
+                f"buffer.buffer_size must be set for the off-policy algo {self.algo!r} (its "
+                "replay buffer's capacity, e.g. 100000); None sizes an on-policy rollout"
+            )
         if entry.kind != "offline" and self.dataset is not None:
             raise ValueError(
                 f"RunSpec.dataset is the data of an offline algorithm; {self.algo!r} collects "

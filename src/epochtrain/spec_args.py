@@ -82,7 +82,7 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             f"--{flag}",
             type=arg_type(info.type),
-            default=None,
+            default=argparse.SUPPRESS,  # absent unless given: `--stop-at none` is a value
             metavar=flag.replace("-", "_").upper(),
             help=f"{text} ({info.allowed})",
         )
@@ -90,24 +90,23 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
 
 def arg_type(tp: Any) -> Callable[[str], Any]:
     """The argparse ``type`` of a field: int and float fields parse (so ``--seed x`` is a
-    usage error naming the option); ``none`` stands for None; anything else stays text
-    for the spec's validator."""
+    usage error naming the option); ``none`` stands for None where the field allows it
+    (``--checkpoint-dir none`` is no checkpoints, not a directory named ``none``); anything
+    else stays text for the spec's validator."""
     import types
     import typing
 
     args = (
         typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
     )
-    number = next((a for a in args if a in (int, float)), None)
-    if number is None:
-        return str
+    number: Callable[[str], Any] = next((a for a in args if a in (int, float)), str)
 
     def parse(text: str) -> Any:
         if text.lower() == "none" and type(None) in args:
             return None
         return number(text)
 
-    parse.__name__ = number.__name__  # argparse names the type in its error
+    parse.__name__ = getattr(number, "__name__", "value")  # argparse names it in its error
     return parse
 
 
@@ -162,10 +161,13 @@ def resolve_spec(args: argparse.Namespace) -> Any:
             raise ValueError("--algo is required (or give --config FILE naming one)")
         spec = RunSpec.tuned(args.algo, args.env)
     overrides: dict[str, Any] = {}
-    for flag, (name, _) in spec_flags().items():
-        value = getattr(args, flag.replace("-", "_"))
-        if value is not None:
-            overrides[name] = value
+    for flag, (name, info) in spec_flags().items():
+        attr = flag.replace("-", "_")
+        if info.type is bool:  # a BooleanOptionalAction: None unless given
+            if getattr(args, attr) is not None:
+                overrides[name] = getattr(args, attr)
+        elif hasattr(args, attr):  # given, None included (`--stop-at none`)
+            overrides[name] = getattr(args, attr)
     return spec.with_overrides({**overrides, **settings})
 
 
