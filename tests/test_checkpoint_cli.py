@@ -36,6 +36,27 @@ def test_train_checkpoints_then_resume_continues_the_same_run(
     assert f"checkpoint {ckpt_dir / 'epoch_000002'} (epoch 2" in capsys.readouterr().out
 
 
+def test_resume_writes_where_the_checkpoint_is_from_another_directory_and_after_a_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    assert main([*TRAIN, "--max-epoch", "1", "--logdir", "runs", "--stop-at", "1e9"]) == 0
+    (run_dir,) = (tmp_path / "a" / "runs").iterdir()  # its spec saved the relative paths
+    moved = run_dir.rename(tmp_path / "a" / "runs" / "moved")
+    monkeypatch.chdir(tmp_path / "b")
+    more = [*TRAIN, "--max-epoch", "2", "--stop-at", "1e9", "--resume", str(moved)]
+    assert main(more) == 0
+    assert not list((tmp_path / "b").iterdir())  # nothing under the new working directory
+    assert [p.name for p in (tmp_path / "a" / "runs").iterdir()] == ["moved"]  # none recreated
+    assert [p.name for p in find_checkpoints(moved / "checkpoints")] == [
+        "epoch_000001",
+        "epoch_000002",
+    ]
+    assert f"Run directory (spec.toml, TensorBoard logs): {moved}" in capsys.readouterr().out
+
+
 def test_resume_and_eval_errors_exit_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

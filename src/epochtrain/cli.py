@@ -140,11 +140,14 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
                 f"--resume {args.resume}: the checkpoint's run is {base.algo} on {base.env_id} "
                 f"with seed {base.seed}; pass the same --algo, --env and --seed"
             )
+        # where the checkpoint is now, not the paths its spec saved: those may be relative
+        # to another working directory, or name a run directory since moved
+        ckpt_dir = ckpt.parent.resolve()
         logdir = base.logging.logdir
+        if logdir is not None:
+            logdir = str(ckpt_dir.parent if ckpt_dir.name == RUN_CHECKPOINTS else Path(logdir))
         run_dir = None if logdir is None else Path(logdir)
-        checkpoint_dir = (
-            spec.trainer.checkpoint_dir or base.trainer.checkpoint_dir or str(ckpt.parent)
-        )
+        checkpoint_dir = spec.trainer.checkpoint_dir or str(ckpt_dir)
         spec = spec.with_overrides(
             {"logging.logdir": logdir, "checkpoint_dir": checkpoint_dir, "resume_from": str(ckpt)}
         )

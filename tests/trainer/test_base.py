@@ -223,3 +223,27 @@ def test_a_checkpoint_dir_that_cannot_be_made_is_refused_when_the_trainer_is_bui
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match=r"checkpoint_dir '.*file/ckpt' is under '.*file', a file"):
         build("off", checkpoint_dir=str(tmp_path / "file" / "ckpt"))
+
+
+def test_next_from_one_of_the_trainers_hooks_or_a_second_thread_is_refused() -> None:
+    from epochtrain.trainer.hooks import TrainerHook
+
+    class Reenters(TrainerHook):
+        def __init__(self) -> None:
+            self.refused: list[str] = []
+
+        def register(self, trainer: Any) -> None:
+            self.trainer = trainer
+            trainer.register_op("epoch_end", self.epoch_end)
+
+        def epoch_end(self, stats: Any) -> None:
+            try:
+                next(self.trainer)
+            except RuntimeError as exc:
+                self.refused.append(str(exc))
+
+    hook = Reenters()
+    trainer = build("off", max_epoch=2, hooks=[hook])
+    stats = list(trainer)
+    assert [s.epoch for s in stats] == [1, 2]  # no epoch run inside another
+    assert len(hook.refused) == 2 and "next() is already running" in hook.refused[0]

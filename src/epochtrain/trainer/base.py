@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
@@ -161,6 +162,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         """Registered hook objects, in registration order (their states are checkpointed)."""
         self._ops = HookTable()
         self._in_next = False
+        self._next_lock = threading.Lock()  # one next() at a time: a hook's, a thread's
         self._attach(train_collector, buffer)
         self._check_spaces()
         self._init_state()
@@ -277,6 +279,17 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         return self
 
     def __next__(self) -> EpochStats[TTrainingStats]:
+        if not self._next_lock.acquire(blocking=False):
+            raise RuntimeError(
+                "next() is already running on this trainer (called from one of its hooks, or "
+                "from a second thread): a trainer runs one epoch at a time"
+            )
+        try:
+            return self._next_epoch()
+        finally:
+            self._next_lock.release()
+
+    def _next_epoch(self) -> EpochStats[TTrainingStats]:
         self._complete_init()
         if self._finished:
             self._progress.close()  # a hook may have ended the run after the last epoch
