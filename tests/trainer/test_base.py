@@ -247,3 +247,25 @@ def test_next_from_one_of_the_trainers_hooks_or_a_second_thread_is_refused() -> 
     stats = list(trainer)
     assert [s.epoch for s in stats] == [1, 2]  # no epoch run inside another
     assert len(hook.refused) == 2 and "next() is already running" in hook.refused[0]
+
+
+def test_after_an_error_inside_an_epoch_the_trainer_neither_goes_on_nor_saves_half_of_it(
+    tmp_path: Any,
+) -> None:
+    def fail_in_epoch_2(stats: Any) -> None:
+        if stats.epoch == 2 and not loaded:
+            raise RuntimeError("the hook broke")
+
+    loaded: list[bool] = []
+    trainer = build("off", max_epoch=3, checkpoint_dir=str(tmp_path / "ckpt"))
+    trainer.register_op("epoch_end", fail_in_epoch_2)
+    next(trainer)
+    with pytest.raises(RuntimeError, match="the hook broke"):
+        next(trainer)
+    for attempt in (lambda: next(trainer), lambda: trainer.save_checkpoint(tmp_path / "x")):
+        with pytest.raises(RuntimeError, match=r"refused: epoch 2 stopped part-way \(Runtime"):
+            attempt()
+    assert not (tmp_path / "x").exists()
+    trainer.load_checkpoint(tmp_path / "ckpt")  # epoch 1's: whole again
+    loaded.append(True)
+    assert [s.epoch for s in trainer] == [2, 3]

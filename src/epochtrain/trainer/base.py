@@ -67,7 +67,12 @@ from epochtrain.trainer.checks import check_arguments, check_env_spaces
 from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
 from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settings_of
 from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix, write_line
-from epochtrain.trainer.safety import EpochSnapshot, note_last_checkpoint, on_nonfinite
+from epochtrain.trainer.safety import (
+    EpochSnapshot,
+    last_checkpoint_text,
+    note_last_checkpoint,
+    on_nonfinite,
+)
 from epochtrain.trainer.state import (
     check_trainer_state,
     load_logger_state,
@@ -214,6 +219,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         """The run's counters (epochs, env and gradient steps, best return, timings)."""
         self.stop_reason: str | None = None
         self.last_test_stat: CollectStats | None = None
+        self._broken: str | None = None  # why an epoch stopped part-way (an error in it)
         self._started = False
         self._finished = False
         self._rng_state: dict[str, Any] | None = None
@@ -290,6 +296,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             self._next_lock.release()
 
     def _next_epoch(self) -> EpochStats[TTrainingStats]:
+        self._refuse_if_broken("next()")
         self._complete_init()
         if self._finished:
             self._progress.close()  # a hook may have ended the run after the last epoch
@@ -318,6 +325,11 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
                 self._ops.call("epoch_end", stats)
         except KeyboardInterrupt as exc:
             snapshot.roll_back(self, exc)  # back to the last complete epoch
+            raise
+        except Exception as exc:  # the epoch stopped part-way: its state is half an epoch's
+            self._broken = (
+                f"epoch {self.state.epoch} stopped part-way ({type(exc).__name__}: {exc})"
+            )
             raise
         finally:
             self._in_next = False
@@ -567,7 +579,17 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
                 "save_checkpoint cannot run inside next() (mid-epoch state is not saved): "
                 "call it between epochs or set checkpoint_dir/checkpoint_every"
             )
+        self._refuse_if_broken("save_checkpoint")
         return save_checkpoint(self, path)
+
+    def _refuse_if_broken(self, what: str) -> None:
+        """After an error inside an epoch the trainer holds half of it: refuse to go on
+        or to save that (a checkpoint must be of a complete epoch)."""
+        if self._broken is not None:
+            raise RuntimeError(
+                f"{what} refused: {self._broken}, so this trainer holds half an epoch; "
+                f"{last_checkpoint_text(self)} (load it, or call reset() to start over)"
+            )
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Restore the checkpoint at ``path`` (or the latest one in a ``checkpoint_dir``).
@@ -576,7 +598,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         """
         if self._in_next:
             raise RuntimeError("load_checkpoint cannot run inside next(): call it between epochs")
-        return load_checkpoint(self, path)
+        loaded = load_checkpoint(self, path)
+        self._broken = None  # the state of a complete epoch again
+        return loaded
 
     # --------------------------------------------------------------- reporting
     def info_stat(self) -> InfoStats:
