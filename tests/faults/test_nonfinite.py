@@ -13,7 +13,7 @@ import torch
 
 from epochtrain import Collector
 from epochtrain.checkpoint import find_checkpoints, load_policy
-from epochtrain.errors import NonFiniteError
+from epochtrain.errors import EnvError, NonFiniteError
 from tests.faults.envs import bc_trainer, cartpole_data, dqn_trainer, faulty_vec, ppo_trainer
 
 
@@ -144,3 +144,20 @@ def test_nonfinite_data_of_the_test_envs_follows_on_nonfinite(on_nonfinite: str)
     assert trainer.stop_reason == "nonfinite" and [s.epoch for s in stats] == [1]
     assert stats[0].test_collect_stat is None
     assert "the test after env step 40" in (trainer.nonfinite_message or "")
+
+
+def test_nonfinite_data_in_the_warm_up_follows_on_nonfinite_too() -> None:
+    envs = faulty_vec(2, bad=0, fault="nan_obs", fault_at=5, mode="sync")
+    trainer = dqn_trainer(envs, on_nonfinite="stop", warmup_steps=40)
+    stats = list(trainer)
+    assert trainer.stop_reason == "nonfinite" and stats == []  # ended before epoch 1
+    assert "sub-env 0" in (trainer.nonfinite_message or "")
+
+
+def test_an_env_error_of_the_test_envs_names_the_env_step_and_the_epoch() -> None:
+    trainer = dqn_trainer()
+    trainer.test_collector = Collector(
+        trainer.policy, faulty_vec(2, bad=1, fault="raise", fault_at=3), exploration=False
+    )
+    with pytest.raises(EnvError, match=r"at env step 40 \(epoch 1\); the envs were closed"):
+        next(trainer)

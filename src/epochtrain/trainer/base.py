@@ -51,7 +51,7 @@ from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.data.io import check_writable_dir
-from epochtrain.errors import NonFiniteError
+from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
     CollectStats,
@@ -72,6 +72,7 @@ from epochtrain.trainer.safety import (
     last_checkpoint_text,
     note_last_checkpoint,
     on_nonfinite,
+    with_run_context,
 )
 from epochtrain.trainer.state import (
     check_trainer_state,
@@ -517,6 +518,8 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         except NonFiniteError as exc:
             on_nonfinite(self, exc, f"the test after env step {self.state.env_step}")
             return None
+        except EnvError as exc:  # named as a training env's error is
+            raise with_run_context(self, exc, self.state.env_step) from exc.__cause__
         finally:
             self.policy.exploration = train_exploration
         self.state.test_time += stat.collect_time

@@ -21,6 +21,7 @@ from torch import Tensor
 from epochtrain.algorithms.base import TrainerKind
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
+from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer import async_collection as ac
 from epochtrain.trainer.online import OnlineTrainer
@@ -78,7 +79,11 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         super()._start()
         if self.params.warmup_steps > 0:
             self.policy.set_progress(self.state.env_step)
-            stat = self.train_collector.collect(n_step=self.params.warmup_steps, random=True)
+            try:
+                stat = self.train_collector.collect(n_step=self.params.warmup_steps, random=True)
+            except (NonFiniteError, EnvError) as exc:  # as any training collect's
+                self._collect_failed(exc)
+                return
             self.state.env_step += stat.n_collected_steps
             self.state.train_episode += stat.n_collected_episodes
             self.state.collect_time += stat.collect_time
