@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import io
 import json
 import math
 import os
+import pickle
 import platform
 import warnings
 import weakref
@@ -33,7 +35,7 @@ from epochtrain.checkpoint_files import (
     recover,
     remove_dir,
 )
-from epochtrain.data.io import fsync_dir, write_durably
+from epochtrain.data.io import fsync_dir, safe_globals, write_durably
 from epochtrain.errors import CheckpointError, NonFiniteError
 
 if TYPE_CHECKING:
@@ -168,6 +170,25 @@ def check_finite_weights(trainer: BaseTrainer[Any], path: str | os.PathLike[str]
             )
 
 
+def _check_loadable(obj: object, what: str) -> None:
+    """``CheckpointError`` naming ``what`` unless ``obj`` loads back through the safe loader
+    every resume uses: else every checkpoint would save and none would resume."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    try:
+        with torch.serialization.safe_globals(safe_globals()):
+            torch.load(buf, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = str(exc).strip().splitlines()
+        detail = next((line.strip() for line in lines if "GLOBAL" in line), lines[0])
+        raise CheckpointError(
+            f"{what} holds what a checkpoint cannot load back safely ({detail}), so no "
+            "resume could read it: keep to tensors, numpy arrays, numbers, strings, lists "
+            "and dicts (e.g. list(a_deque), generator.bit_generator.state, a_datetime.isoformat())"
+        ) from exc
+
+
 def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> Path:
     """Write ``trainer``'s checkpoint directory at ``path`` atomically; returns ``path``.
 
@@ -184,6 +205,8 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
     recover(path)
     clean_leftovers(path.parent, name=path.name)
     state = trainer.state_dict()
+    for entry in state["hooks"]:
+        _check_loadable(entry["state"], f"hook {entry['type']}'s state_dict()")
     payload = {"policy.pt": state.pop("policy"), "buffer.pt": state.pop("buffer", None)}
     payload["trainer.pt"] = state
     tmp = path.parent / leftover_name(TMP, path.name)

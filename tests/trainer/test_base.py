@@ -269,3 +269,31 @@ def test_after_an_error_inside_an_epoch_the_trainer_neither_goes_on_nor_saves_ha
     trainer.load_checkpoint(tmp_path / "ckpt")  # epoch 1's: whole again
     loaded.append(True)
     assert [s.epoch for s in trainer] == [2, 3]
+
+
+def test_a_hook_state_no_resume_could_load_is_refused_at_save_naming_the_hook(
+    tmp_path: Any,
+) -> None:
+    from collections import deque
+
+    from epochtrain.errors import CheckpointError
+    from epochtrain.trainer.hooks import TrainerHook
+
+    class Remembers(TrainerHook):
+        def __init__(self, state: Any) -> None:
+            self.state = state
+
+        def register(self, trainer: Any) -> None:
+            pass
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"seen": self.state}
+
+    trainer = build("off", max_epoch=1, hooks=[Remembers(deque([1, 2]))])
+    next(trainer)
+    with pytest.raises(CheckpointError, match=r"hook .*Remembers's state_dict\(\) holds .*deque"):
+        trainer.save_checkpoint(tmp_path / "ckpt")
+    assert not (tmp_path / "ckpt").exists()
+    fine = build("off", max_epoch=1, hooks=[Remembers([1, 2])])
+    next(fine)
+    fine.save_checkpoint(tmp_path / "ckpt")  # a list loads back
