@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from epochtrain.errors import CheckpointError
+from epochtrain.logger import JSONLLogger, LazyLogger, MultiLogger
 from epochtrain.stats import EpochStats
 from tests.trainer.tiny import build
 
@@ -62,6 +66,40 @@ def test_reset_starts_over_with_the_same_counters() -> None:
     second_run = [comparable(s)["info_stat"]["env_step"] for s in trainer]
     assert first_run == second_run
     assert trainer.stop_reason == "max_epoch"
+
+
+def read_jsonl(path: Path) -> list[tuple[str, int]]:
+    return [(r["scope"], r["step"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+@pytest.mark.parametrize("kind", ["on", "off", "offline"])
+def test_reset_logs_the_new_run_into_the_logger_it_is_given(kind: str, tmp_path: Path) -> None:
+    first_log = JSONLLogger(tmp_path / "first")
+    trainer = build(kind, max_epoch=2, logger=MultiLogger(first_log))
+    trainer.run()
+    first = read_jsonl(first_log.path)
+    assert first and first_log.has_records()
+    with pytest.raises(ValueError, match=r"reset\(logger="):
+        trainer.reset()  # the new run's records would be dropped as already written
+    assert trainer.state.epoch == 2  # refused before anything was reset
+    second_log = JSONLLogger(tmp_path / "second")
+    trainer.reset(logger=second_log)
+    assert first_log._file.closed  # the trainer's old logger is closed, its records kept
+    trainer.run()
+    assert read_jsonl(second_log.path) == first
+    assert read_jsonl(first_log.path) == first
+    trainer.reset(logger=LazyLogger())
+    trainer.reset()  # a logger that records nothing holds nothing to lose
+
+
+def test_reset_refuses_a_checkpoint_dir_holding_the_runs_checkpoints(tmp_path: Path) -> None:
+    trainer = build("off", max_epoch=2, checkpoint_dir=tmp_path)
+    trainer.run()
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(CheckpointError, match="another checkpoint_dir"):
+        trainer.reset()
+    trainer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == saved
 
 
 def test_run_returns_final_info_stats() -> None:

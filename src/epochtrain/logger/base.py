@@ -226,6 +226,11 @@ class BaseLogger(Closing, ABC):
         """Largest step written in ``scope`` (records and :meth:`log_data`), or ``None``."""
         return self._written[scope]
 
+    def has_records(self) -> bool:
+        """True once anything was written (or a restored position says so): a new run
+        logged here would have its records at steps already written dropped."""
+        return any(step is not None for step in self._written.values())
+
     def state_dict(self) -> dict[str, object]:
         """The last logged step of each scope (``None`` if never), e.g. ``{"train": 1000, ...}``,
         and under ``"written"`` the largest step written per scope (the position)."""
@@ -320,6 +325,10 @@ class MultiLogger(BaseLogger):
         """Forward to every logger."""
         for logger in self.loggers:
             logger.log_video(path, step, tag=tag)
+
+    def has_records(self) -> bool:
+        """True once any of the loggers holds a record."""
+        return any(logger.has_records() for logger in self.loggers)
 
     def state_dict(self) -> dict[str, object]:
         """``{"loggers": [state of each logger, in order]}``."""

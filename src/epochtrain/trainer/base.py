@@ -63,7 +63,7 @@ from epochtrain.stats import (
     TTrainingStats,
     aggregate_training_stats,
 )
-from epochtrain.trainer.checks import check_arguments, check_env_spaces
+from epochtrain.trainer.checks import check_arguments, check_env_spaces, check_reset
 from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
 from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settings_of
 from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix, write_line
@@ -234,13 +234,22 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self._hook_postfix: dict[str, str] = {}
         self._progress = RunProgress()
 
-    def reset(self) -> None:
+    def reset(self, *, logger: BaseLogger | None = None) -> None:
         """Start over: counters, random streams, envs, smoothing windows and hook states.
 
         The policy's weights are not re-initialised; build a new policy for a fresh run.
+        ``logger`` replaces the trainer's logger (the old one is closed); it is required
+        once the old one holds records, since the new run's records at steps already
+        written would be dropped. A ``checkpoint_dir`` that holds checkpoints is refused:
+        the new run would replace them (build a new trainer with another directory).
         """
+        check_reset(self, logger)
         self._progress.close()
+        if logger is not None and logger is not self.logger:
+            self.logger.close()
+            self.logger = logger
         self._init_state()
+        self.last_checkpoint = None
         for hook in self.hooks:
             hook.reset()
 

@@ -9,12 +9,15 @@ trainer holds its collectors. Each error names the argument, its value and the f
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epochtrain.algorithms.base import Policy
+from epochtrain.checkpoint_save import find_checkpoints
 from epochtrain.data.collector import Collector
+from epochtrain.errors import CheckpointError
 from epochtrain.logger import BaseLogger
 from epochtrain.trainer.hooks import TrainerHook
 from epochtrain.trainer.params import TrainerParams
@@ -22,7 +25,13 @@ from epochtrain.trainer.params import TrainerParams
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
 
-__all__ = ["check_arguments", "check_env_spaces", "check_hooks", "check_objects"]
+__all__ = [
+    "check_arguments",
+    "check_env_spaces",
+    "check_hooks",
+    "check_objects",
+    "check_reset",
+]
 
 _TRAINER_OF_KIND: dict[str, str] = {
     "onpolicy": "OnpolicyTrainer",
@@ -145,3 +154,29 @@ def check_env_spaces(policy: Policy[Any], collectors: Iterable[tuple[str, Collec
                     f"{label}'s envs: build the policy from those envs' spaces "
                     f"(envs.single_{kind}_space)"
                 )
+
+
+def check_reset(trainer: BaseTrainer[Any], logger: BaseLogger | None) -> None:
+    """Refuse ``trainer.reset(logger=...)`` when the new run would overwrite what the run so
+    far saved: records in the trainer's logger (the new run's, at the same steps, would be
+    dropped as already written) or checkpoints in its ``checkpoint_dir`` (the new run's
+    ``epoch_*`` would replace and rotate them out)."""
+    if logger is not None and not isinstance(logger, BaseLogger):
+        raise TypeError(f"reset(logger=...) must be a BaseLogger, got {logger!r}")
+    if logger is None and trainer.logger.has_records():
+        raise ValueError(
+            f"reset(): the logger ({type(trainer.logger).__name__}) holds the records of "
+            "the run so far, and the new run's records at the same steps would be dropped "
+            "as already written. Give the new run its own logger: "
+            "trainer.reset(logger=TensorboardLogger('runs/second')) (LazyLogger() records "
+            "nothing)"
+        )
+    root = trainer.checkpoint_dir
+    found = [] if root is None else find_checkpoints(root)
+    if found:
+        raise CheckpointError(
+            f"reset(): checkpoint_dir {os.fspath(root or '')!r} holds the run's checkpoints "
+            f"({', '.join(p.name for p in found)}); a new run would replace and rotate them "
+            "out. Build a new trainer with another checkpoint_dir for the new run "
+            "(make_trainer(..., checkpoint_dir=...)), or move those checkpoints away first"
+        )

@@ -20,6 +20,7 @@ from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.errors import EnvError, NonFiniteError
+from epochtrain.logger import BaseLogger
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
 from epochtrain.trainer.params import OnlineParams, TrainerParams
@@ -71,9 +72,10 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
     def _buffer_kind(self) -> str | None:
         return type(self.train_collector.buffer).__name__
 
-    def reset(self) -> None:
-        """Start over; the training envs are reset and the buffer cleared on the next step."""
-        super().reset()
+    def reset(self, *, logger: BaseLogger | None = None) -> None:
+        """Start over (see :meth:`BaseTrainer.reset`); the training envs are reset and the
+        buffer cleared on the next step."""
+        super().reset(logger=logger)
         assert self.train_collector.buffer is not None
         self.train_collector.buffer.clear()
 
