@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 
 from epochtrain.logger import BaseLogger, JSONLLogger, TensorboardLogger
 from epochtrain.trainer import UTDRatio
@@ -27,11 +27,16 @@ def _timing(tag: str) -> bool:
 
 
 def read_events(logdir: Path) -> Points:
-    """Every scalar point of every event file in ``logdir``, in file order (no dedup)."""
+    """Every scalar point of every event file in ``logdir``, in file order (no dedup).
+
+    Read as written (the parsing ``EventFileLoader`` would migrate them to tensors), and
+    each must be a ``simple_value``: the form the legacy ``EventAccumulator.Scalars`` reads.
+    """
     points: Points = defaultdict(list)
     for path in sorted(logdir.glob("events.out.tfevents.*")):
-        for event in EventFileLoader(str(path)).Load():
+        for event in LegacyEventFileLoader(str(path)).Load():
             for value in event.summary.value:
+                assert value.WhichOneof("value") == "simple_value", (path, event)
                 points[value.tag].append((event.step, value.simple_value))
     return dict(points)
 

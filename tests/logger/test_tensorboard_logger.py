@@ -1,12 +1,21 @@
-"""Tests of epochtrain.logger.tensorboard: scalars land in event files at the right steps."""
+"""Tests of epochtrain.logger.tensorboard: scalars land in event files at the right steps,
+and a resume trims them without changing the form of the points it keeps."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+import numpy as np
 import pytest
+from tensorboard.backend.event_processing import plugin_event_accumulator
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.summary.writer.record_writer import RecordWriter
+from tensorboard.util import tensor_util
 
 from epochtrain.logger import TensorboardLogger
 from epochtrain.stats import CollectStats, InfoStats, SequenceSummaryStats, TrainingStats
@@ -95,3 +104,122 @@ def test_logdir_must_not_be_a_file(tmp_path: Path) -> None:
         TensorboardLogger(path)
     with pytest.raises(ValueError, match="logdir must be a non-empty str"):
         TensorboardLogger("")
+
+
+# Both runs of a test start within one second in one process, so the name order of their
+# event files (``...<seconds>.<host>.<pid>.<counter>``, the order readers load them in) is
+# not their age order: the points are compared sorted by step, which still shows a duplicate.
+POINTS_AFTER_RESUME = {
+    "update/x": [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0)],
+    "train/y": [(10, 1.0), (20, 2.0), (30, 3.0), (40, 4.0)],
+}
+
+
+def interrupted_then_resumed(logdir: Path) -> tuple[Path, list[bytes]]:
+    """Steps 1-3 of ``update/x`` and 10-30 of ``train/y``, a checkpoint, two lost points
+    (``update`` 4, ``train`` 40), then a resume that logs ``update`` 4-5 and ``train`` 40
+    again with new values. Returns the first run's event file and its records as they were
+    before the resume."""
+    with TensorboardLogger(logdir) as first:
+        for step in (1, 2, 3):
+            first.log_data("update", step, {"update/x": float(step)})
+            first.log_data("train", 10 * step, {"train/y": float(step)})
+        state = first.state_dict()
+        first.log_data("update", 4, {"update/x": -4.0})
+        first.log_data("train", 40, {"train/y": -4.0})
+    (path,) = logdir.glob("events.out.tfevents.*")
+    records = list(RawEventFileLoader(str(path)).Load())
+    with TensorboardLogger(logdir) as resumed:
+        resumed.load_state_dict(state)
+        resumed.log_data("update", 4, {"update/x": 4.0})
+        resumed.log_data("update", 5, {"update/x": 5.0})
+        resumed.log_data("train", 40, {"train/y": 4.0})
+    return path, records
+
+
+def test_trimmed_scalars_stay_simple_values_for_the_legacy_reader(tmp_path: Path) -> None:
+    interrupted_then_resumed(tmp_path)
+    scalars = read_scalars(tmp_path)
+    assert {tag: sorted(points) for tag, points in scalars.items()} == POINTS_AFTER_RESUME
+
+
+def test_trimmed_scalars_are_seen_once_by_the_tensor_reader(tmp_path: Path) -> None:
+    interrupted_then_resumed(tmp_path)
+    acc = plugin_event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    acc.Reload()
+    points = {
+        tag: sorted(
+            (e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)
+        )
+        for tag in acc.Tags()["tensors"]
+    }
+    assert points == POINTS_AFTER_RESUME
+
+
+def test_trim_copies_the_kept_records_byte_for_byte(tmp_path: Path) -> None:
+    path, original = interrupted_then_resumed(tmp_path)
+    lost = [Event.FromString(record) for record in original[-2:]]
+    assert [(e.step, e.summary.value[0].tag) for e in lost] == [(4, "update/x"), (40, "train/y")]
+    assert list(RawEventFileLoader(str(path)).Load()) == original[:-2]
+    assert path.read_bytes() == b"".join(frame(record) for record in original[:-2])
+
+
+def frame(record: bytes) -> bytes:
+    """``record`` framed as in a TFRecord file: length, checksums, data."""
+    buffer = io.BytesIO()
+    RecordWriter(buffer).write(record)
+    return buffer.getvalue()
+
+
+def test_trim_keeps_a_videos_text_and_image_in_their_original_form(tmp_path: Path) -> None:
+    iio = pytest.importorskip("imageio.v3")
+    video = tmp_path / "v.mp4"
+    iio.imwrite(video, np.zeros((4, 16, 24, 3), dtype=np.uint8), fps=10)
+    logdir = tmp_path / "tb"
+    with TensorboardLogger(logdir) as first:
+        first.log_video(video, 10)
+        state = first.state_dict()
+        first.log_video(video, 20)  # lost
+    (path,) = logdir.glob("events.out.tfevents.*")
+    original = list(RawEventFileLoader(str(path)).Load())
+    with TensorboardLogger(logdir) as resumed:
+        resumed.load_state_dict(state)
+        resumed.log_video(video, 20)
+    assert list(RawEventFileLoader(str(path)).Load()) == original[:-2]  # text + image at 20
+    acc = EventAccumulator(str(logdir), size_guidance={"images": 0, "tensors": 0})
+    acc.Reload()
+    images = sorted(acc.Images("test/video"), key=lambda image: image.step)
+    assert [image.step for image in images] == [10, 20]
+    assert all(image.encoded_image_string.startswith(b"GIF89a") for image in images)
+    texts = sorted(acc.Tensors("test/video/text_summary"), key=lambda text: text.step)
+    assert [(t.step, t.tensor_proto.string_val) for t in texts] == [
+        (10, [str(video).encode()]),
+        (20, [str(video).encode()]),
+    ]
+
+
+def test_an_interrupted_trim_leaves_the_event_file_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with TensorboardLogger(tmp_path) as first:
+        for step in (1, 2, 3):
+            first.log_data("update", step, {"update/x": float(step)})
+        state = first.state_dict()
+        first.log_data("update", 4, {"update/x": 4.0})
+    (path,) = tmp_path.glob("events.out.tfevents.*")
+    original = path.read_bytes()
+
+    class DyingRecordWriter:
+        """A ``RecordWriter`` killed (Ctrl-C) at its first record, after the file is open."""
+
+        def __init__(self, file: BinaryIO) -> None:
+            file.write(b"partial")
+
+        def write(self, data: bytes) -> None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("epochtrain.logger.tensorboard.RecordWriter", DyingRecordWriter)
+    with pytest.raises(KeyboardInterrupt):
+        TensorboardLogger(tmp_path).load_state_dict(state)
+    assert path.read_bytes() == original
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left

@@ -7,7 +7,9 @@ its x-axis is the record's step in the unit of its scope (env steps for ``train/
 Resuming: :meth:`TensorboardLogger.load_state_dict` rewrites the event files already in
 the log directory without the points past the restored position (those an interrupted
 run wrote after its checkpoint), atomically per file, before the resumed run writes its
-first point; so every curve continues with no duplicated and no missing point. The
+first point; so every curve continues with no duplicated and no missing point. The kept
+records are copied byte for byte, so legacy readers (``EventAccumulator.Scalars``) still
+see the earlier points as the ``simple_value`` scalars they were written as. The
 scopes count steps in different units, so TensorBoard's single ``purge_step`` could not
 express this.
 """
@@ -21,7 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
@@ -140,15 +143,18 @@ class TensorboardLogger(BaseLogger):
         return True
 
     def _trim(self, path: Path) -> None:
-        events = list(EventFileLoader(os.fspath(path)).Load())
-        kept = [event for event in events if self._keep(event)]
-        if len(kept) == len(events):
+        # The raw records are copied as they are: TensorBoard's parsing loader migrates
+        # ``simple_value`` scalars and images to tensors, which the legacy
+        # ``EventAccumulator.Scalars``/``Images`` no longer see.
+        records = list(RawEventFileLoader(os.fspath(path)).Load())
+        kept = [record for record in records if self._keep(Event.FromString(record))]
+        if len(kept) == len(records):
             return
 
         def write(f: BinaryIO) -> None:
             writer = RecordWriter(f)
-            for event in kept:
-                writer.write(event.SerializeToString())
+            for record in kept:
+                writer.write(record)
 
         replace_file(path, write)
 
