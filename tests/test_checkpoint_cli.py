@@ -8,6 +8,7 @@ import pytest
 
 from epochtrain.checkpoint import find_checkpoints
 from epochtrain.cli import main
+from epochtrain.spec import RunSpec
 
 TRAIN = ["train", "--algo", "ppo", "--step-per-epoch", "256", "--no-progress", "--quiet"]
 
@@ -34,6 +35,20 @@ def test_train_checkpoints_then_resume_continues_the_same_run(
     assert "ppo on CartPole-v1" in out and "epoch 2" in out and "over 3 episodes" in out
     assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
     assert f"checkpoint {ckpt_dir / 'epoch_000002'} (epoch 2" in capsys.readouterr().out
+
+
+def test_resume_alone_continues_the_run_with_the_settings_it_was_started_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = [*TRAIN, "--set", "step_per_collect=64", "--set", "lr=5e-4", "--seed", "3"]
+    assert main([*started, "--max-epoch", "1", "--logdir", str(tmp_path)]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    capsys.readouterr()
+    # no --algo, --seed or settings: the checkpoint's spec is the base, not ppo's preset
+    assert main(["train", "--resume", str(run_dir), "--max-epoch", "2", "--quiet"]) == 0
+    assert "Finished (max_epoch) after 2 epochs, 512 env steps" in capsys.readouterr().out
+    spec = RunSpec.from_file(run_dir / "spec.toml")
+    assert (spec.seed, spec.trainer.step_per_collect, spec.config.lr) == (3, 64, 5e-4)
 
 
 def test_resume_writes_where_the_checkpoint_is_from_another_directory_and_after_a_move(
@@ -66,6 +81,10 @@ def test_resume_and_eval_errors_exit_2_with_one_line(
     capsys.readouterr()
     wrong = ["train", "--algo", "dqn", "--logdir", "", "--resume", str(tmp_path)]
     assert main(wrong) == 2
+    assert "--algo dqn differs from the algo 'ppo' of the checkpoint" in capsys.readouterr().err
+    assert main(["train", "--env", "Pendulum-v1", *wrong[3:]]) == 2
+    assert "--env Pendulum-v1 differs from the env 'CartPole-v1'" in capsys.readouterr().err
+    assert main(["train", "--seed", "1", *wrong[3:]]) == 2
     assert "the checkpoint's run is ppo on CartPole-v1 with seed 0" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "missing")]) == 2
     assert "holds no complete checkpoint" in capsys.readouterr().err

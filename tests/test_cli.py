@@ -153,6 +153,23 @@ def test_help_lists_every_setting_from_the_dataclasses(capsys: pytest.CaptureFix
         for info in fields_info(entry.config_cls):
             assert f"config.{info.name} = " in out, (entry.name, info.name)
     assert "trainer.update_per_step = 1.0" in out and "--batch-size" in out
+    # a None default reads as --set writes it, not as the string "none"
+    assert "trainer.resume_from = none " in out and "'none'" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--episode-per-collect", "2"], "buffer_size (--buffer-size) must be given with"),
+        (["--step-per-epoch", "0"], "step_per_epoch (--step-per-epoch) must be int"),
+    ],
+)
+def test_a_refused_setting_names_its_flag(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", "--algo", "ppo", *argv, "--max-epoch", "1", "--logdir", ""]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err
 
 
 def test_train_writes_the_resolved_spec_into_the_run_directory(tmp_path: Path) -> None:
@@ -239,6 +256,23 @@ def test_a_warning_is_one_line_for_the_user_of_a_command(
     assert "UserWarning" not in err and ".py:" not in err
 
 
+def test_resuming_with_a_changed_setting_names_the_flags_to_drop(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    short = ["--algo", "ppo", "--step-per-epoch", "64", "--set", "step_per_collect=64"]
+    quiet = ["--logdir", str(tmp_path), "--no-progress", "--quiet"]
+    assert main(["train", *short, "--max-epoch", "1", *quiet]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    capsys.readouterr()
+    changed = ["--algo", "ppo", "--step-per-epoch", "128", "--set", "lr=5e-4"]
+    assert main(["train", *changed, "--max-epoch", "2", *quiet, "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "trainer.step_per_epoch: saved 64, now 128" in err
+    assert "drop --set lr, --step-per-epoch" in err or "drop --step-per-epoch, --set lr" in err
+    assert "RunSpec" not in err and "manifest" not in err
+
+
 def test_none_on_a_flag_sets_none_and_is_not_taken_for_an_absent_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -256,4 +290,5 @@ def test_an_off_policy_run_without_a_replay_capacity_exits_2_naming_buffer_size(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["config", "--algo", "dqn", "--buffer-size", "none"]) == 2
-    assert "buffer.buffer_size must be set for the off-policy algo 'dqn'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "buffer.buffer_size (--buffer-size) must be set for the off-policy algo 'dqn'" in err

@@ -25,9 +25,18 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from epochtrain.spec_args import add_spec_options, resolve_spec, settings_help
+from epochtrain.spec_args import (
+    add_spec_options,
+    flag_words,
+    resolve_spec,
+    settings_help,
+    spec_flags,
+)
+
+if TYPE_CHECKING:
+    from epochtrain.trainer.params import SettingsMismatchError
 
 __all__ = ["build_parser", "main"]
 
@@ -120,12 +129,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     from epochtrain.envs import env_name
     from epochtrain.spec import RunSpec
 
-    spec = resolve_spec(args)
-    if args.logdir:
-        check_writable_dir(args.logdir, "--logdir")
-    if spec.trainer.checkpoint_dir:
-        check_writable_dir(spec.trainer.checkpoint_dir, "--checkpoint-dir")
-    run_dir: Path | None = None
+    base: RunSpec | None = None
     if args.resume is not None:
         ckpt = resolve_checkpoint(args.resume)
         saved = read_manifest(ckpt, verify_files=False).get("spec")
@@ -135,6 +139,15 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
                 "by `epochtrain train`); resume it in Python with params.resume_from"
             )
         base = RunSpec.from_dict(saved)
+    # the checkpoint's own directory is where it is now (below), unless an option says
+    resumed = None if base is None else base.with_overrides({"checkpoint_dir": None})
+    spec = resolve_spec(args, resumed=resumed)
+    if args.logdir:
+        check_writable_dir(args.logdir, "--logdir")
+    if spec.trainer.checkpoint_dir:
+        check_writable_dir(spec.trainer.checkpoint_dir, "--checkpoint-dir")
+    run_dir: Path | None = None
+    if base is not None:
         if (base.algo, base.env_id, base.seed) != (spec.algo, spec.env_id, spec.seed):
             raise ValueError(
                 f"--resume {args.resume}: the checkpoint's run is {base.algo} on {base.env_id} "
@@ -170,13 +183,31 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     return spec, run_dir
 
 
+def _resume_mismatch(resume: str, exc: SettingsMismatchError) -> str:
+    """The CLI's words for a ``--resume`` refused over changed settings: the options that
+    changed them, to drop."""
+    flag_of = {name: f"--{flag}" for flag, (name, _) in spec_flags().items()}
+    options = []
+    for setting in exc.settings:
+        name = setting.removeprefix("config.")
+        flag = flag_of.get(name) or flag_of.get(setting)
+        options.append(flag if flag is not None else f"--set {name}")
+    return (
+        f"--resume {resume}: the checkpoint's run has other settings ({exc.detail}). To continue "
+        f"it, drop {', '.join(dict.fromkeys(options))} (a resumed run may change only "
+        "--max-epoch, --episode-per-test, the checkpoint and logging options); for these "
+        "settings, start a new run without --resume"
+    )
+
+
 def _train(args: argparse.Namespace) -> int:
     from epochtrain.factory import make_trainer
+    from epochtrain.trainer.params import SettingsMismatchError
 
     try:
         spec, run_dir = _prepare_train(args)
     except USAGE_ERRORS as exc:  # found before any work
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        print(f"epochtrain: error: {flag_words(str(exc))}", file=sys.stderr)
         return 2
     try:
         trainer = make_trainer(spec)
@@ -184,7 +215,10 @@ def _train(args: argparse.Namespace) -> int:
         if run_dir is not None and args.resume is None:
             with contextlib.suppress(OSError):
                 run_dir.rmdir()  # the new run directory, while nothing is in it
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        message = flag_words(str(exc))
+        if args.resume is not None and isinstance(exc, SettingsMismatchError):
+            message = _resume_mismatch(args.resume, exc)
+        print(f"epochtrain: error: {message}", file=sys.stderr)
         return 2
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -209,7 +243,7 @@ def _config(args: argparse.Namespace) -> int:
     try:
         spec = resolve_spec(args)
     except USAGE_ERRORS as exc:
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        print(f"epochtrain: error: {flag_words(str(exc))}", file=sys.stderr)
         return 2
     print(spec.to_json() if args.json else spec.to_toml(), end="" if not args.json else "\n")
     return 0
@@ -257,8 +291,10 @@ def _warning_line(
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("train", "config") and args.algo is None and args.config is None:
-        parser.error("the following arguments are required: --algo (or --config FILE)")
+    if args.command in ("train", "config"):
+        chosen = args.algo or args.config or getattr(args, "resume", None)  # or --resume DIR
+        if chosen is None:
+            parser.error("the following arguments are required: --algo (or --config FILE)")
     if args.command == "train":
         return _train(args)
     if args.command == "config":

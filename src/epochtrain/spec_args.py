@@ -6,6 +6,7 @@ that build runs (``train``, ``config``, ``sweep``): ``--algo``, ``--env``, ``--c
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from epochtrain.registry import ALGORITHMS
 __all__ = [
     "add_spec_options",
     "arg_type",
+    "flag_words",
     "parse_set_options",
     "resolve_spec",
     "settings_help",
@@ -49,6 +51,31 @@ def spec_flags() -> dict[str, tuple[str, Any]]:
     return flags
 
 
+_SETTING_NAME = re.compile(r"\b(?:trainer\.|buffer\.)?([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?![(.='])")
+
+
+def flag_words(message: str) -> str:
+    """``message`` (a spec or trainer error, in the Python API's words) for a command-line
+    user: the first mention of each setting that has a flag is followed by the flag,
+    ``"buffer_size must be given"`` -> ``"buffer_size (--buffer-size) must be given"``."""
+    flag_of = {name.rpartition(".")[2]: f"--{flag}" for flag, (name, _) in spec_flags().items()}
+    seen: set[str] = set()
+
+    def with_flag(match: re.Match[str]) -> str:
+        name = match.group(1)
+        flag = flag_of.get(name)
+        if flag is None or name in seen or flag in message:
+            return match.group(0)
+        seen.add(name)
+        return f"{match.group(0)} ({flag})"
+
+    return _SETTING_NAME.sub(with_flag, message)
+
+
+DEFAULT_ENV = "CartPole-v1"
+"""The env of ``train``/``config`` without ``--env``, ``--config`` or ``--resume``."""
+
+
 def add_spec_options(parser: argparse.ArgumentParser) -> None:
     """``--algo``, ``--env``, ``--config``, ``--set`` and one flag per spec field."""
     parser.add_argument(
@@ -57,7 +84,11 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="algorithm to train (required unless --config names it)",
     )
-    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
+    parser.add_argument(
+        "--env",
+        default=None,
+        help=f"gymnasium env id (default: {DEFAULT_ENV}, or the env of --config or --resume)",
+    )
     parser.add_argument(
         "--config",
         default=None,
@@ -120,10 +151,9 @@ def settings_help() -> str:
     def block(title: str, cls: Any, prefix: str) -> list[str]:
         lines = [title]
         for info in fields_info(cls):
-            default = "none" if info.default is None else info.default
-            if isinstance(default, tuple):
-                default = list(default)
-            lines.append(f"  {prefix}{info.name} = {default!r}  [{info.allowed}] {info.help}")
+            value = list(info.default) if isinstance(info.default, tuple) else info.default
+            default = "none" if value is None else repr(value)  # as --set writes None
+            lines.append(f"  {prefix}{info.name} = {default}  [{info.allowed}] {info.help}")
         return lines
 
     out = [
@@ -145,21 +175,32 @@ def settings_help() -> str:
     return "\n".join(out)
 
 
-def resolve_spec(args: argparse.Namespace) -> Any:
-    """The run spec of ``train``/``config``: the file or tuned preset, then flags, then --set."""
+def resolve_spec(args: argparse.Namespace, resumed: Any = None) -> Any:
+    """The run spec of ``train``/``config``: the base, then flags, then ``--set``.
+
+    The base is the ``--config`` file, else ``resumed`` (the spec a ``--resume`` checkpoint
+    holds), else the tuned preset of ``--algo`` on ``--env`` (default CartPole-v1). An
+    ``--algo`` or ``--env`` that differs from a file's or checkpoint's is refused.
+    """
     from epochtrain.spec import RunSpec
 
     settings = parse_set_options(args.set)
-    if args.config is not None:
-        spec = RunSpec.from_file(args.config)
-        if args.algo is not None and args.algo != spec.algo:
-            raise ValueError(
-                f"--algo {args.algo} differs from the algo {spec.algo!r} of --config {args.config}"
-            )
+    if args.config is not None or resumed is not None:
+        spec = RunSpec.from_file(args.config) if args.config is not None else resumed
+        source = f"--config {args.config}" if args.config is not None else "the checkpoint"
+        for option, given, own in (
+            ("--algo", args.algo, spec.algo),
+            ("--env", args.env, spec.env_id),
+        ):
+            if given is not None and given != own:
+                raise ValueError(
+                    f"{option} {given} differs from the {option[2:]} {own!r} of {source}: "
+                    f"drop {option} (or give {option} {own})"
+                )
     else:
         if args.algo is None:
             raise ValueError("--algo is required (or give --config FILE naming one)")
-        spec = RunSpec.tuned(args.algo, args.env)
+        spec = RunSpec.tuned(args.algo, args.env or DEFAULT_ENV)
     overrides: dict[str, Any] = {}
     for flag, (name, info) in spec_flags().items():
         attr = flag.replace("-", "_")

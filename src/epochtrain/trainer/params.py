@@ -18,7 +18,7 @@ checkpoint predates counting as unchanged while it is at its default
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -171,7 +171,15 @@ _NOT_WORTH_A_WARNING = frozenset(
 
 
 class SettingsMismatchError(ValueError):
-    """A checkpoint's run settings differ from those of the trainer it is loaded into."""
+    """A checkpoint's run settings differ from those of the trainer it is loaded into;
+    ``settings`` names the differing ones (``"trainer.step_per_epoch"``, ``"config.lr"``)
+    and ``detail`` lists them with both values (``"trainer.step_per_epoch: saved 512, now
+    1024"``)."""
+
+    def __init__(self, message: str, settings: Sequence[str] = (), detail: str = "") -> None:
+        super().__init__(message)
+        self.settings: tuple[str, ...] = tuple(settings)
+        self.detail = detail
 
 
 def settings_of(trainer: BaseTrainer[Any]) -> dict[str, Any]:
@@ -233,7 +241,9 @@ def compare_settings(
         raise SettingsMismatchError(
             f"the checkpoint was written by a run with other settings ({detail}): build the "
             "trainer as the checkpointed run was (RunSpec.from_dict(manifest['spec']) for a "
-            "spec'd run), or start a new run; nothing was restored"
+            "spec'd run), or start a new run; nothing was restored",
+            unsafe,
+            detail,
         )
     return [f"{k}: saved {theirs.get(k)!r}, now {mine.get(k)!r}" for k in differing]
 
