@@ -172,3 +172,16 @@ def test_a_namespaced_or_module_env_id_names_one_flat_directory(tmp_path: Any) -
     ]
     assert [r.status for r in load_experiment(tmp_path / "exp").runs] == ["finished"] * 2
     assert experiment.envs == ["epochtrain-test/Short-v0"]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "pg"])
+def test_on_policy_algorithms_train_on_envpool(algo: str) -> None:
+    """EnvPool autoresets on the next step: the factory's rollout buffer has room for the
+    reset rows (before, the first update found the rollout overwritten and raised)."""
+    pytest.importorskip("envpool", reason="the envpool extra is not installed")
+    from epochtrain import make_trainer
+
+    settings = dict(step_per_epoch=256, step_per_collect=256, show_progress=False)
+    with make_trainer(algo, "CartPole-v1", env_backend="envpool", max_epoch=2, **settings) as t:
+        info = t.run()
+    assert info.env_step >= 512 and info.gradient_step > 0

@@ -17,6 +17,7 @@ import torch
 
 from epochtrain.algorithms import Policy
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
+from epochtrain.data.buffer import rollout_rows
 from epochtrain.data.buffer_storage import check_spaces_memory
 from epochtrain.envs import make_envs
 from epochtrain.logger import BaseLogger
@@ -195,7 +196,8 @@ def _make_buffer(spec: RunSpec) -> ReplayBuffer:
                 "buffer_size must be given with episode_per_collect: the factory cannot "
                 "size a rollout buffer for a number of episodes"
             )
-        capacity = -(-int(step_per_collect) // num_envs) * num_envs
+        same_step = spec.env_backend != "envpool"  # make_envs: gymnasium's envs SAME_STEP
+        capacity = rollout_rows(int(step_per_collect), num_envs, same_step=same_step) * num_envs
     if not spec.buffer.prioritized_replay:
         return ReplayBuffer(capacity, num_envs)
     run_steps = params.max_epoch * params.step_per_epoch

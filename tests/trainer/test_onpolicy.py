@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import pytest
 import torch
 
-from epochtrain.data import Batch
-from tests.trainer.tiny import build
+from epochtrain.data import Batch, Collector, ReplayBuffer
+from epochtrain.data.buffer import rollout_rows
+from epochtrain.trainer import OnpolicyParams, OnpolicyTrainer
+from tests.trainer.tiny import TinyPolicy, build
 
 
 def _record_minibatches(trainer: Any) -> list[list[tuple[float, ...]]]:
@@ -55,3 +58,20 @@ def test_each_pass_of_a_collect_step_is_a_shuffled_partition_of_its_rollout(
     sizes = [len(mb) for mb in seen[:per_pass]]
     assert sizes == [min(batch_size, 20 - i * batch_size) for i in range(per_pass)]
     assert passes[0] != passes[1] != passes[2]  # reshuffled each pass
+
+
+def test_envs_that_autoreset_on_the_next_step_need_room_for_their_reset_rows() -> None:
+    """With NEXT_STEP autoreset (gymnasium's default) each episode's end costs a reset row:
+    episodes of one step take a rollout of 20 env steps to 21 rows per env, not 10."""
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", max_episode_steps=1)
+    policy = TinyPolicy(envs)
+    params = OnpolicyParams(
+        max_epoch=2, step_per_epoch=20, step_per_collect=20, batch_size=8, show_progress=False
+    )
+    exact = Collector(policy, envs, ReplayBuffer(20, 2))
+    with pytest.raises(ValueError, match=r"capacity >= 42 \(the train envs autoreset on the next"):
+        OnpolicyTrainer(policy=policy, params=params, train_collector=exact)
+    rows = rollout_rows(20, 2, same_step=False)
+    roomy = Collector(policy, envs, ReplayBuffer(rows * 2, 2))
+    info = OnpolicyTrainer(policy=policy, params=params, train_collector=roomy).run()
+    assert info.env_step == 40 and info.gradient_step > 0

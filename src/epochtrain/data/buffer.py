@@ -37,7 +37,17 @@ from epochtrain.data.buffer_storage import (
 from epochtrain.data.n_step import NStepTable, RingView, refresh
 from epochtrain.errors import CheckpointError
 
-__all__ = ["BUFFER_FORMAT_VERSION", "BufferMark", "ObsArray", "ReplayBuffer"]
+__all__ = ["BUFFER_FORMAT_VERSION", "BufferMark", "ObsArray", "ReplayBuffer", "rollout_rows"]
+
+
+def rollout_rows(env_steps: int, num_envs: int, *, same_step: bool) -> int:
+    """Buffer rows (vector steps) a rollout of ``env_steps`` env steps over ``num_envs`` envs
+    may take. With SAME_STEP autoreset, ``ceil(env_steps / num_envs)``; with NEXT_STEP (EnvPool,
+    gymnasium's default) the step after each episode's end only resets its env and takes a
+    row of its own, so up to twice that, plus one for an episode that ended on the previous
+    rollout's last step."""
+    rows = -(-env_steps // num_envs)
+    return rows if same_step else 2 * rows + 1
 
 
 class ReplayBuffer:

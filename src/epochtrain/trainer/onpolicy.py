@@ -15,7 +15,7 @@ import torch
 
 from epochtrain.algorithms.base import TrainerKind
 from epochtrain.data.batch import Batch
-from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.buffer import ReplayBuffer, rollout_rows
 from epochtrain.data.collector import Collector
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.online import OnlineTrainer
@@ -41,12 +41,22 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
         assert rollout is not None
         step_per_collect = self.params.step_per_collect
         if step_per_collect is not None:
-            rows = -(-step_per_collect // rollout.num_envs)
+            same_step = self.train_collector.same_step
+            rows = rollout_rows(step_per_collect, rollout.num_envs, same_step=same_step)
             if rows > rollout.rows:
+                why = (
+                    ""
+                    if same_step
+                    else " (the train envs autoreset on the next step, as gymnasium's "
+                    "default and EnvPool do: the step after an episode's end only resets the "
+                    "env and takes a row of its own, so a rollout can take up to twice the "
+                    "rows; envs built with autoreset_mode=SAME_STEP need half)"
+                )
                 raise ValueError(
                     f"params.step_per_collect={step_per_collect} needs a rollout buffer of "
-                    f"capacity >= {rows * rollout.num_envs}, the train_collector's buffer has "
-                    f"capacity {rollout.capacity}: raise the capacity or lower step_per_collect"
+                    f"capacity >= {rows * rollout.num_envs}{why}, the train_collector's buffer "
+                    f"has capacity {rollout.capacity}: raise the capacity or lower "
+                    "step_per_collect"
                 )
 
     def _collected_rows(self) -> Batch:
