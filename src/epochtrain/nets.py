@@ -35,7 +35,7 @@ def flat_dim(space: gym.Space[Any]) -> int:
         return 1
     raise ValueError(
         f"observation_space {space!r} is not supported by the flat MLP networks: "
-        "use a Box or Discrete observation space (flatten Dict spaces with "
+        "use a Box or Discrete observation space (flatten Dict and Tuple spaces with "
         "gymnasium.wrappers.FlattenObservation)"
     )
 
