@@ -10,11 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from epochtrain.experiment import grid, load_experiment, run_experiment
+from epochtrain.experiment.results import Experiment, RunResult
 from epochtrain.experiment.runs import read_test_curve
 from tests.experiment.settings import FAST
+
+CURVE = np.array([1.0]), np.array([5.0])
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +90,35 @@ def test_a_log_with_foreign_lines_gives_the_test_curve_of_its_test_records(tmp_p
     text = "\n".join(json.dumps(x) for x in lines) + '\n{"scope": "te'  # a torn last line
     (tmp_path / "log.jsonl").write_text(text)
     assert read_test_curve(tmp_path) == ([64.0, 128.0], [20.0, 31.5])
+
+
+def test_unfinished_names_every_hole_of_the_score_matrix() -> None:
+    def run(algo: str, env: str, seed: int, status: Any = "finished") -> RunResult:
+        return RunResult(f"{algo}-{env}-s{seed}", algo, env, seed, status, *CURVE)
+
+    experiment = Experiment(
+        (
+            run("ppo", "CartPole-v1", 0),
+            run("ppo", "CartPole-v1", 1, "failed"),
+            run("ppo", "Acrobot-v1", 0),
+            run("dqn", "Acrobot-v1", 0),
+            run("dqn", "Acrobot-v1", 1, "running"),
+        )
+    )
+    assert experiment.unfinished() == [
+        "ppo-CartPole-v1-s1 (failed)",
+        "ppo-Acrobot-v1-s1 (no run)",
+        "dqn-CartPole-v1-s0 (no run)",
+        "dqn-CartPole-v1-s1 (no run)",
+        "dqn-Acrobot-v1-s1 (running)",
+    ]
+    assert experiment.unfinished(["CartPole-v1"]) == [
+        "ppo-CartPole-v1-s1 (failed)",
+        "dqn (no run on CartPole-v1)",
+    ]
+    with pytest.raises(ValueError, match=r"runs not finished: ppo-CartPole-v1-s1 \(failed\), "):
+        experiment.scores()
+    complete = Experiment(tuple(r for r in experiment.runs if r.seed == 0 and r.algo == "ppo"))
+    assert complete.unfinished() == []
+    scores, envs = complete.scores()
+    assert envs == ["CartPole-v1", "Acrobot-v1"] and scores["ppo"].tolist() == [[5.0, 5.0]]

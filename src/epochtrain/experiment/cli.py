@@ -253,17 +253,7 @@ def _chosen(
 def _check_complete(experiment: Experiment) -> None:
     """Every algorithm has a finished run of each of its seeds on every env, else a
     ``ValueError`` naming the runs by id and the options that leave them out."""
-    missing: list[str] = []
-    for algo in experiment.algos:
-        own = [r for r in experiment.runs if r.algo == algo]
-        by_key = {(r.env_id, r.seed): r for r in own}
-        for env in experiment.envs:
-            for seed in sorted({r.seed for r in own}):
-                run = by_key.get((env, seed))
-                if run is None:
-                    missing.append(f"{algo} on {env} seed {seed} (no run)")
-                elif run.status != "finished":
-                    missing.append(f"{run.run_id} ({run.status})")
+    missing = experiment.unfinished()
     if missing:
         raise ValueError(
             f"runs not finished: {', '.join(missing)}; every algorithm needs a finished run "

@@ -96,26 +96,42 @@ class Experiment:
         unknown = [e for e in env_ids if e not in self.envs]
         if unknown or not env_ids:
             raise ValueError(f"envs must be a non-empty subset of {self.envs}, got {env_ids}")
+        missing = self.unfinished(env_ids)
+        if missing:
+            raise ValueError(
+                f"runs not finished: {', '.join(missing)}; every algorithm needs a finished "
+                "run of each of its seeds on every env; re-run the experiment to finish them, "
+                "or pass envs= to compare fewer envs"
+            )
         result: dict[str, FloatArray] = {}
         for algo in self.algos:
             runs = {(r.env_id, r.seed): r for r in self.finished() if r.algo == algo}
-            seeds = sorted({r.seed for r in self.runs if r.algo == algo and r.env_id in env_ids})
-            missing = [
-                f"{algo}-{env_name(env)}-s{seed}"  # the run id (RunSpec.run_id)
-                for env in env_ids
-                for seed in seeds
-                if (env, seed) not in runs
-            ]
-            if missing or not seeds:
-                raise ValueError(
-                    f"algorithm {algo!r} lacks finished runs {missing or env_ids}: every "
-                    "algorithm needs the same seeds on every env; re-run the experiment to "
-                    "finish them, or pass envs= to compare fewer envs"
-                )
+            seeds = sorted({seed for _, seed in runs})
             result[algo] = np.array(
                 [[runs[(env, seed)].score(method) for env in env_ids] for seed in seeds]
             )
         return result, env_ids
+
+    def unfinished(self, envs: Sequence[str] | None = None) -> list[str]:
+        """What a comparison on ``envs`` (default: all) lacks: for each algorithm, each of
+        its seeds on each env without a finished run, as ``"<run id> (<status>)"`` or
+        ``"<run id> (no run)"``; an algorithm without runs on ``envs`` as
+        ``"<algo> (no run on <envs>)"``. Empty when the score matrix has no holes."""
+        env_ids = self.envs if envs is None else list(envs)
+        missing: list[str] = []
+        for algo in self.algos:
+            own = {(r.env_id, r.seed): r for r in self.runs if r.algo == algo}
+            seeds = sorted({seed for env, seed in own if env in env_ids})
+            if not seeds:
+                missing.append(f"{algo} (no run on {', '.join(env_ids)})")
+            for env in env_ids:
+                for seed in seeds:
+                    run = own.get((env, seed))
+                    if run is None:
+                        missing.append(f"{algo}-{env_name(env)}-s{seed} (no run)")  # RunSpec.run_id
+                    elif run.status != "finished":
+                        missing.append(f"{run.run_id} ({run.status})")
+        return missing
 
     def curves(self, env_id: str) -> dict[str, list[tuple[FloatArray, FloatArray]]]:
         """``{algorithm: [(steps, test_returns), ...]}`` of the finished runs on ``env_id``."""
