@@ -209,7 +209,7 @@ def test_compare_checks_reps_and_out_first_in_one_line_with_status_2(
     for extra, message in (
         (["--reps", "1"], "--reps must be an int of at least 100"),
         (["--out", str(afile)], f"--out {str(afile)!r} is a file"),
-        (["--out", str(afile / "r")], f"--out {str(afile / 'r')!r} cannot hold the report"),
+        (["--out", str(afile / "r")], f"--out {str(afile / 'r')!r} is under {str(afile)!r}"),
     ):
         assert run_compare(parse(["compare", str(experiment_dir), *extra])) == 2
         err = capsys.readouterr().err

@@ -118,9 +118,9 @@ def test_an_out_dir_that_is_a_file_or_under_one_is_refused_before_the_bootstrap(
     experiment = Experiment((run(0, [35.0]), run(1, [30.0])))
     afile = tmp_path / "afile"
     afile.write_text("mine")
-    with pytest.raises(ValueError, match=r"out_dir '.*afile' is a file: give a directory"):
+    with pytest.raises(ValueError, match=r"out_dir '.*afile' is a file: choose a directory"):
         build_report(experiment, reps=100, seed=0, out_dir=afile)
-    with pytest.raises(ValueError, match=r"afile/report' cannot hold the report \(Not a dir"):
+    with pytest.raises(ValueError, match=r"afile/report' is under '.*afile', a file: choose"):
         build_report(experiment, reps=100, seed=0, out_dir=afile / "report")
     assert afile.read_text() == "mine"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from epochtrain.data.io import replace_file
+from epochtrain.data.io import check_writable_dir, replace_file
 from epochtrain.experiment.bootstrap import FloatArray, IntervalEstimate
 from epochtrain.experiment.curves import (
     CurveEstimate,
@@ -121,9 +121,8 @@ def _aggregate_table(norm: NormalizedScores, reps: int, seed: int) -> list[str]:
 def check_out_dir(out_dir: Path, name: str = "out_dir") -> None:
     """Create ``out_dir`` if needed and check that a file can be written in it, else raise
     a one-line ``ValueError`` naming ``name`` (``--out`` from the command line)."""
+    check_writable_dir(out_dir, name)
     where = f"{name} {os.fspath(out_dir)!r}"
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{where} is a file: give a directory for the report")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
