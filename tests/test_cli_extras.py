@@ -36,8 +36,25 @@ def test_collect_to_minari_then_train_from_it(
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     argv = ["collect", "--env", "CartPole-v1", "--random", "--steps", "300"]
     assert main([*argv, "--format", "minari", "--out", "cartpole/random-v0"]) == 0
-    assert "cartpole" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "cartpole" in captured.out
     assert list((tmp_path / "minari").rglob("*"))
+    # Minari's four metadata warnings (one of them a 600-character env spec) are one line
+    assert captured.err.splitlines() == [
+        "epochtrain: warning: the dataset has no --author, --author-email, --code-permalink: "
+        "Minari recommends them for a dataset that is shared"
+    ]
+    metadata = ["--author", "Ada", "--author-email", "ada@example.org", "--code-permalink", "x"]
+    assert main([*argv, "--format", "minari", "--out", "cartpole/random-v1", *metadata]) == 0
+    assert capsys.readouterr().err == ""
+    import minari
+
+    stored = minari.load_dataset("cartpole/random-v1").storage.metadata
+    assert (stored["author"], stored["author_email"], stored["code_permalink"]) == (
+        {"Ada"},
+        {"ada@example.org"},
+        "x",
+    )
     train = ["train", "--algo", "bc", "--dataset", "minari:cartpole/random-v0"]
     assert main([*train, "--max-epoch", "1", "--step-per-epoch", "20", "--logdir", ""]) == 0
     capsys.readouterr()

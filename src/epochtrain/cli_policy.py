@@ -15,6 +15,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,19 @@ def add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
 
 
+_MINARI_METADATA = {
+    "--author": "the dataset's author",
+    "--author-email": "the author's contact",
+    "--code-permalink": "a link to the versioned code that recorded it",
+}
+"""Options of the Minari metadata that Minari warns about when missing."""
+
+
+def _option_value(args: argparse.Namespace, option: str) -> str | None:
+    value = getattr(args, option[2:].replace("-", "_"))
+    return None if value is None else str(value)
+
+
 def add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     """Add ``collect`` to ``sub`` (the ``argparse`` subparsers), formatting its help with
     ``fmt``."""
@@ -73,6 +87,8 @@ def add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         default="buffer",
         help="an epochtrain buffer file, or a local Minari dataset (extra: epochtrain[minari])",
     )
+    for option, text in _MINARI_METADATA.items():
+        collect.add_argument(option, default=None, help=f"with --format minari: {text}")
     source = collect.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", help="record the policy of this checkpoint (or dir)")
     source.add_argument("--algo", choices=_algos(), help="train this algorithm first, then record")
@@ -322,20 +338,31 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.format == "minari":
         from epochtrain.data.minari import write_minari
 
+        missing = [option for option in _MINARI_METADATA if _option_value(args, option) is None]
         try:
-            where = str(
-                write_minari(
+            with warnings.catch_warnings():  # Minari's one warning per field: one line below
+                warnings.filterwarnings("ignore", message=r"`(author|author_email|code_permalink)`")
+                path = write_minari(
                     info.path,
                     args.out,
                     args.env,
                     algorithm_name=description,
+                    author=args.author,
+                    author_email=args.author_email,
+                    code_permalink=args.code_permalink,
                     description=f"recorded by `epochtrain collect` from {description}",
                 )
-            )
+            where = str(path)
         except refused as exc:
             return _failed(exc)
         finally:
             shutil.rmtree(Path(info.path).parent, ignore_errors=True)
+        if missing:
+            warnings.warn(
+                f"the dataset has no {', '.join(missing)}: Minari recommends them for a dataset "
+                "that is shared",
+                stacklevel=1,
+            )
     print(
         f"Recorded {info.n_steps} env steps ({info.n_episodes} episodes, return "
         f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {where}"

@@ -175,6 +175,8 @@ def write_minari(
     *,
     algorithm_name: str | None = None,
     author: str | None = None,
+    author_email: str | None = None,
+    code_permalink: str | None = None,
     description: str | None = None,
     data_format: Literal["hdf5", "arrow"] = "hdf5",
 ) -> Path:
@@ -190,6 +192,10 @@ def write_minari(
         spec, so ``dataset.recover_environment()`` works).
     :param algorithm_name: the recording policy (e.g. ``"PPO medium"``).
     :param author: author of the dataset.
+    :param author_email: the author's contact.
+    :param code_permalink: a link to the versioned code that recorded the data. Minari
+        warns when ``author``, ``author_email`` or ``code_permalink`` is missing; they
+        matter for a dataset that is shared. The dataset's evaluation env is ``env_id``.
     :param description: free text shown by ``minari show``.
     :param data_format: Minari storage format: ``"hdf5"`` (needs ``h5py``) or
         ``"arrow"`` (needs ``pyarrow``).
@@ -218,8 +224,11 @@ def write_minari(
         dataset_id,
         buffers,
         env=env_id,
+        eval_env=env_id,
         algorithm_name=algorithm_name,
         author=author,
+        author_email=author_email,
+        code_permalink=code_permalink,
         description=description,
         data_format=data_format,
     )
