@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import signal
 from typing import Any
 
 import gymnasium as gym
@@ -57,14 +60,32 @@ def make_faulty(fault: str, fault_at: int | None) -> FaultyEnv:
     return FaultyEnv(fault, fault_at)
 
 
+class CtrlCEnv(FaultyEnv):
+    """:class:`FaultyEnv` that never faults but presses Ctrl-C at its ``ctrl_c_at``-th step:
+    SIGINT to its whole process group, as a terminal does (run it in a session of its own)."""
+
+    def __init__(self, ctrl_c_at: int | None) -> None:
+        super().__init__("raise", None)
+        self.ctrl_c_at = ctrl_c_at
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        out = super().step(action)
+        if self.steps == self.ctrl_c_at:
+            os.killpg(os.getpgid(0), signal.SIGINT)
+        return out
+
+
+def ctrl_c_vec(n: int, ctrl_c_at: int | None) -> gym.vector.AsyncVectorEnv:
+    """``n`` envs in worker processes; sub-env 1 presses Ctrl-C at its ``ctrl_c_at``-th step."""
+    fns = [functools.partial(CtrlCEnv, ctrl_c_at if i == 1 else None) for i in range(n)]
+    return gym.vector.AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
 def faulty_vec(
     n: int, bad: int, fault: str, fault_at: int, *, mode: str = "sync"
 ) -> gym.vector.VectorEnv[Any, Any, Any]:
     """``n`` envs of which sub-env ``bad`` faults at its ``fault_at``-th step."""
-    fns = [
-        __import__("functools").partial(make_faulty, fault, fault_at if i == bad else None)
-        for i in range(n)
-    ]
+    fns = [functools.partial(make_faulty, fault, fault_at if i == bad else None) for i in range(n)]
     kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
     if mode == "sync":
         return gym.vector.SyncVectorEnv(fns, **kwargs)
@@ -83,13 +104,17 @@ def cartpole(n: int) -> gym.vector.VectorEnv[Any, Any, Any]:
 def dqn_trainer(
     train_envs: gym.vector.VectorEnv[Any, Any, Any] | None = None, **params: Any
 ) -> OffpolicyTrainer[Any]:
-    """A small DQN trainer on CartPole (or on ``train_envs``); ``prioritized=True`` gives it
-    a prioritized replay buffer."""
+    """A small DQN trainer on CartPole (or on ``train_envs``, then tested on ``test_envs``,
+    by default two sync :class:`FaultyEnv` that never fault); ``prioritized=True`` gives it
+    a prioritized replay buffer, ``policy_cls`` a subclass of DQN."""
     prioritized = bool(params.pop("prioritized", False))
+    policy_cls: type[DQN] = params.pop("policy_cls", DQN)
     envs = train_envs if train_envs is not None else cartpole(2)
-    test_envs = cartpole(2) if train_envs is None else faulty_vec(2, -1, "raise", 1)
+    test_envs = params.pop("test_envs", None)
+    if test_envs is None:
+        test_envs = cartpole(2) if train_envs is None else faulty_vec(2, -1, "raise", 1)
     torch.manual_seed(0)
-    policy = DQN(envs.single_observation_space, envs.single_action_space, hidden=(16,))
+    policy = policy_cls(envs.single_observation_space, envs.single_action_space, hidden=(16,))
     settings: dict[str, Any] = dict(
         max_epoch=3, step_per_epoch=40, step_per_collect=10, update_per_step=0.5,
         batch_size=16, episode_per_test=2, show_progress=False, seed=3,

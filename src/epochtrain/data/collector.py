@@ -319,12 +319,15 @@ class Collector:
     def close(self) -> None:
         """Close the vector env (an ``AsyncVectorEnv``'s worker processes with it); a
         broken env that fails to close has its workers terminated instead. A later
-        ``collect`` needs new envs."""
+        ``collect`` needs new envs. A Ctrl-C (or one a stopped worker relays) while closing
+        is raised once the workers are gone."""
+        self._obs = None
         try:
             self.env.close()
-        except Exception:  # a broken env may fail to close cleanly: force its workers out
+        except BaseException as exc:  # a broken env may fail to close: force its workers out
             terminate_workers(self.env)
-        self._obs = None
+            if not isinstance(exc, Exception):
+                raise
 
     def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
         """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env."""

@@ -69,6 +69,7 @@ from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settin
 from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix, write_line
 from epochtrain.trainer.safety import (
     EpochSnapshot,
+    close_envs,
     last_checkpoint_text,
     note_last_checkpoint,
     on_nonfinite,
@@ -378,10 +379,10 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         its logger. Safe to call more than once; the trainer cannot train on afterwards.
         ``with make_trainer(...) as trainer:`` calls it when the block ends, however it
         ends."""
-        self._stop_workers()
-        for _, collector in self._collectors():
-            collector.close()
-        self.logger.close()
+        try:
+            close_envs(self)
+        finally:
+            self.logger.close()
 
     def _stop_workers(self) -> None:
         """End background work before :meth:`close` closes the envs; default: none."""

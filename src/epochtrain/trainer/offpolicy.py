@@ -73,7 +73,11 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
     def _training_step(self) -> int:
         if self.async_collection is None:
             return super()._training_step()
-        return ac.async_training_step(self)
+        try:
+            return ac.async_training_step(self)
+        except BaseException:  # no collect thread outlives an error (the policy's, ...)
+            self.async_collection.stop()
+            raise
 
     def _start(self) -> None:
         super()._start()

@@ -5,17 +5,21 @@
   ``"raise"`` re-raises it with the gradient or env step, the epoch and the last good
   checkpoint; ``"stop"`` (and ``"skip"`` for env data, which cannot be skipped) ends the
   run with ``stop_reason == "nonfinite"`` and no checkpoint of that epoch.
-* :func:`with_run_context` re-raises an :class:`~epochtrain.errors.EnvError` with the
-  absolute env step and the epoch.
+* :func:`with_run_context` closes every env of the trainer (:func:`close_envs`) and
+  re-raises an :class:`~epochtrain.errors.EnvError` with the absolute env step and the
+  epoch, wherever the env failed (warm-up, training collect step, test step).
 * :class:`EpochSnapshot` is taken when an epoch starts; ``KeyboardInterrupt`` inside the
   epoch rolls the trainer back to it (:meth:`EpochSnapshot.roll_back`), so the trainer is
-  at the end of its last complete epoch and ``save_checkpoint`` saves that.
+  at the end of its last complete epoch and ``save_checkpoint`` saves that. Envs that
+  cannot restart their episodes then (a terminal's Ctrl-C stopped their worker processes
+  too) are closed.
 * :func:`note_last_checkpoint` adds the last checkpoint's path to an interrupt or error
   that leaves the run (the CLI prints it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EpochSnapshot",
+    "close_envs",
     "last_checkpoint_text",
     "note_last_checkpoint",
     "on_nonfinite",
@@ -70,8 +75,27 @@ def note_last_checkpoint(trainer: BaseTrainer[Any], exc: BaseException) -> None:
         exc.add_note(LAST_CHECKPOINT_NOTE + os.fspath(trainer.last_checkpoint))
 
 
+def close_envs(trainer: BaseTrainer[Any]) -> None:
+    """End ``trainer``'s background collect step and thread (a collect step in flight
+    finishes first), then close every collector's vector env (an ``AsyncVectorEnv``'s
+    worker processes with it, joined). Each is closed even if closing another raised (a
+    Ctrl-C, or one relayed by a worker it stopped); the first such error is raised last."""
+    closers = [trainer._stop_workers, *(c.close for _, c in trainer._collectors())]
+    first: BaseException | None = None
+    for close in closers:
+        try:
+            close()
+        except BaseException as exc:  # the others are closed all the same
+            first = first or exc
+    if first is not None:
+        raise first
+
+
 def with_run_context(trainer: BaseTrainer[Any], exc: EnvError, env_step: int) -> EnvError:
-    """``exc`` again, with the run's env step and epoch in its message."""
+    """Close all of ``trainer``'s envs and its collect thread (:func:`close_envs`: no
+    worker process or thread outlives the error), then return ``exc`` again with the
+    run's env step and epoch in its message."""
+    close_envs(trainer)
     error = EnvError(
         f"{exc} at env step {env_step} (epoch {trainer.state.epoch}); the envs were closed; "
         f"{last_checkpoint_text(trainer)}",
@@ -129,15 +153,36 @@ class EpochSnapshot:
         vars(trainer).update(self.attrs)
         for buffer, mark in self.buffers:
             buffer.rewind(mark)
+        trainer.logger.load_state_dict(self.logger)
+        # last: envs that cannot restart their episodes leave the rest restored
         restart_seed = (trainer.params.seed * 1_000_003 + trainer.state.env_step) % 2**31
         for collector, state in self.collectors:
             collector.load_state_dict(state, restart_seed=restart_seed)
-        trainer.logger.load_state_dict(self.logger)
 
     def roll_back(self, trainer: BaseTrainer[Any], exc: KeyboardInterrupt) -> None:
-        """Ctrl-C inside the epoch: :meth:`restore` ``trainer`` (back to the last complete
-        epoch) and say so, and where the last checkpoint is, in ``exc``'s notes."""
-        self.restore(trainer)
+        """Ctrl-C inside the epoch: end the collect thread, :meth:`restore` ``trainer``
+        (back to the last complete epoch) and say so, and where the last checkpoint is, in
+        ``exc``'s notes.
+
+        Envs that cannot restart their episodes (the Ctrl-C of a terminal reaches an
+        ``AsyncVectorEnv``'s worker processes too, and stops them) are closed, all of them
+        (:func:`close_envs`), and a note says so.
+        """
+        trainer._stop_workers()  # no collect step may use the envs while they restart
+        try:
+            self.restore(trainer)
+        except BaseException as failure:  # e.g. the Ctrl-C a stopped worker relays
+            with contextlib.suppress(BaseException):  # exc, already raised, says it all
+                close_envs(trainer)
+            why = (
+                "the Ctrl-C stopped their worker processes too"
+                if isinstance(failure, KeyboardInterrupt)
+                else f"{type(failure).__name__}: {failure}"
+            )
+            exc.add_note(
+                f"epochtrain: the envs were closed: they could not restart their episodes "
+                f"({why}); this trainer cannot collect any more, a new one can resume"
+            )
         exc.add_note(
             f"epochtrain: the trainer is back at the end of epoch {trainer.state.epoch}; "
             "trainer.save_checkpoint(path) saves it"
