@@ -368,7 +368,8 @@ class RunState:
     test_time: float = 0.0
     """Seconds spent testing."""
     total_time: float = 0.0
-    """Seconds spent inside ``next()``."""
+    """Seconds spent inside ``next()``: epochs, logging and checkpoint saves (an epoch's
+    save counts from the next epoch's total on)."""
 
 
 @dataclass

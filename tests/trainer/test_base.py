@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +336,24 @@ def test_a_hook_state_no_resume_could_load_is_refused_at_save_naming_the_hook(
     fine = build("off", max_epoch=1, hooks=[Remembers([1, 2])])
     next(fine)
     fine.save_checkpoint(tmp_path / "ckpt")  # a list loads back
+
+
+def test_total_time_counts_logging_and_checkpoint_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import epochtrain.trainer.base as base_module
+
+    real_save = base_module.save_periodic
+
+    def slow_save(trainer: Any, root: Path) -> Any:
+        time.sleep(0.5)
+        return real_save(trainer, root)
+
+    monkeypatch.setattr(base_module, "save_periodic", slow_save)
+    trainer = build("off", max_epoch=2, checkpoint_dir=tmp_path)
+    start = time.perf_counter()
+    stats = list(trainer)
+    wall = time.perf_counter() - start
+    # epoch 1's save counts from epoch 2's record on, and after the run both saves do
+    assert stats[1].info_stat.total_time - stats[0].info_stat.total_time >= 0.5
+    assert wall - 0.2 <= trainer.state.total_time <= wall

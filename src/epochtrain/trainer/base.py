@@ -344,6 +344,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             raise
         finally:
             self._in_next = False
+        after_epoch = time.perf_counter()
         self.logger.log_info_data(stats.info_stat, self.state.epoch)
         self.logger.flush()  # an epoch's curves reach disk even if the user never closes
         if self.params.verbose:
@@ -356,6 +357,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             except KeyboardInterrupt as exc:  # the save cleaned up; the epoch is complete
                 note_last_checkpoint(self, exc)
                 raise
+        # logging and saving count too, from the next epoch's total on (a checkpoint
+        # cannot hold the time of its own save)
+        self.state.total_time += time.perf_counter() - after_epoch
         return stats
 
     def run(self) -> InfoStats:
