@@ -14,7 +14,7 @@ import torch
 
 from epochtrain.cli import main
 from epochtrain.data import ReplayBuffer
-from epochtrain.dataset import record_dataset
+from epochtrain.dataset import dataset_fingerprint, record_dataset
 
 
 def episode_returns(buffer: ReplayBuffer) -> list[float]:
@@ -252,3 +252,21 @@ def test_dataset_files_get_the_mode_of_any_file_the_user_writes(tmp_path: Path) 
         os.umask(old)
     for name in ("shared.buf", "shared.buf.json"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def test_the_fingerprint_follows_the_data_not_the_path(tmp_path: Path) -> None:
+    record_dataset(None, "CartPole-v1", 200, tmp_path / "a.buf", seed=0)
+    record_dataset(None, "CartPole-v1", 200, tmp_path / "b.buf", seed=1)
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "a.buf").rename(tmp_path / "moved" / "a.buf")
+    data = ReplayBuffer.load(tmp_path / "moved" / "a.buf")
+    fingerprint = dataset_fingerprint(data)
+    assert len(fingerprint) == 64 and set(fingerprint) <= set("0123456789abcdef")
+    again = ReplayBuffer(data.capacity, data.num_envs)
+    again.load_state_dict(data.state_dict())
+    assert dataset_fingerprint(again) == fingerprint  # same data, another buffer object
+    assert dataset_fingerprint(ReplayBuffer.load(tmp_path / "b.buf")) != fingerprint
+    state = data.state_dict()
+    state["storage"]["act"][7, 0] = 1 - state["storage"]["act"][7, 0]  # one action flipped
+    again.load_state_dict(state)
+    assert dataset_fingerprint(again) != fingerprint

@@ -58,6 +58,7 @@ __all__ = [
     "MANIFEST",
     "RUN_CHECKPOINTS",
     "CheckpointError",
+    "DatasetMismatchError",
     "check_finite_weights",
     "find_checkpoints",
     "hold_checkpoint_dir",
@@ -72,6 +73,11 @@ __all__ = [
 ]
 
 _SHA256_HEX = frozenset("0123456789abcdef")
+
+
+class DatasetMismatchError(ValueError):
+    """An offline checkpoint was written on other data than the trainer's dataset (their
+    fingerprints differ); raised by :func:`load_checkpoint` before anything changes."""
 
 
 def _check_schema(manifest_path: Path, manifest: Any) -> dict[str, Any]:
@@ -100,6 +106,7 @@ def _check_schema(manifest_path: Path, manifest: Any) -> dict[str, Any]:
             raise CheckpointError(
                 f"{where}: {key!r} must be an object, got {manifest.get(key)!r}; {fix}"
             )
+    _check_records(where, manifest, fix)
     files: dict[str, Any] = manifest["files"]
     for required in ("policy.pt", "trainer.pt"):
         if required not in files:
@@ -120,6 +127,26 @@ def _check_schema(manifest_path: Path, manifest: Any) -> dict[str, Any]:
                 f"{where}: files[{name!r}] needs 'sha256' (64 hex digits), got {entry!r}; {fix}"
             )
     return manifest
+
+
+def _check_records(where: str, manifest: dict[str, Any], fix: str) -> None:
+    """The optional ``hooks`` and ``dataset`` entries (older checkpoints lack them)."""
+    hooks = manifest.get("hooks")
+    if hooks is not None and not (
+        isinstance(hooks, dict) and all(isinstance(v, dict) for v in hooks.values())
+    ):
+        raise CheckpointError(
+            f"{where}: 'hooks' must map each hook to an object of its settings, got "
+            f"{hooks!r}; {fix}"
+        )
+    dataset = manifest.get("dataset")
+    digest = dataset.get("sha256") if isinstance(dataset, dict) else None
+    valid_digest = isinstance(digest, str) and len(digest) == 64 and not set(digest) - _SHA256_HEX
+    if dataset is not None and not valid_digest:
+        raise CheckpointError(
+            f"{where}: 'dataset' must be null or an object with 'sha256' (64 hex digits), "
+            f"got {dataset!r}; {fix}"
+        )
 
 
 def read_manifest(path: str | os.PathLike[str], *, verify_files: bool = True) -> dict[str, Any]:
@@ -237,33 +264,21 @@ def load_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
     the trainer before anything changes; on any error the trainer, its logger and its log
     files are as they were. A trainer with a ``checkpoint_dir`` takes its writer lock
     first (:class:`CheckpointError` if another live trainer holds it). The trainer must be
-    built as the checkpointed run was (same classes, hooks, envs, buffer capacity). Returns
-    the checkpoint directory loaded.
+    built as the checkpointed run was (same classes, hooks, envs, buffer capacity): a
+    setting that changes what is computed (the trainer's, a hook's ``resume_settings``)
+    raises ``SettingsMismatchError`` naming it, a safe one (``max_epoch``, ...) warns;
+    offline, a dataset of other content (by fingerprint; the path may differ) raises
+    :class:`DatasetMismatchError`. Returns the checkpoint directory loaded.
     """
     ckpt = resolve_checkpoint(path)
     manifest = read_manifest(ckpt)
-    config = manifest["config"]
-    for key, own in (
-        ("trainer", type(trainer).__name__),
-        ("policy", type(trainer.policy).__name__),
-    ):
-        if config.get(key) != own:
-            raise ValueError(
-                f"checkpoint {os.fspath(ckpt)!r} was written by a {config.get(key)} {key}, "
-                f"this one is a {own}: build the trainer as the checkpointed run was"
-            )
-    if "settings" in manifest:  # older checkpoints did not record them
-        from epochtrain.trainer.params import compare_settings
-
-        changed = compare_settings(
-            trainer.resume_settings(), manifest["settings"], trainer.setting_defaults()
+    changed = _compare_with_trainer(trainer, ckpt, manifest)
+    if changed:
+        warnings.warn(
+            f"resuming {os.fspath(ckpt)!r} with changed settings (allowed: they do not "
+            f"alter what was computed): {'; '.join(changed)}",
+            stacklevel=3,
         )
-        if changed:
-            warnings.warn(
-                f"resuming {os.fspath(ckpt)!r} with changed settings (allowed: they do not "
-                f"alter what was computed): {'; '.join(changed)}",
-                stacklevel=3,
-            )
     state = _read_states(ckpt, manifest)
     # The restore rewrites the run's log files: a trainer writing this run in another
     # process (a sweep started twice, a Tune actor set up for a trial that runs
@@ -280,6 +295,66 @@ def load_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
         ) from exc
     trainer.last_checkpoint = ckpt
     return ckpt
+
+
+def _compare_with_trainer(
+    trainer: BaseTrainer[Any], ckpt: Path, manifest: dict[str, Any]
+) -> list[str]:
+    """Refuse a checkpoint of another trainer or policy class, of other settings (the
+    trainer's, its hooks') or of other data (offline); return the safe settings that differ.
+    What an older checkpoint did not record is not compared."""
+    config = manifest["config"]
+    for key, own in (
+        ("trainer", type(trainer).__name__),
+        ("policy", type(trainer.policy).__name__),
+    ):
+        if config.get(key) != own:
+            raise ValueError(
+                f"checkpoint {os.fspath(ckpt)!r} was written by a {config.get(key)} {key}, "
+                f"this one is a {own}: build the trainer as the checkpointed run was"
+            )
+    changed: list[str] = []
+    if "settings" in manifest:
+        from epochtrain.trainer.params import compare_settings
+
+        changed = compare_settings(
+            trainer.resume_settings(), manifest["settings"], trainer.setting_defaults()
+        )
+    if manifest.get("hooks") is not None:
+        from epochtrain.trainer.hooks import compare_hook_settings
+
+        compare_hook_settings(trainer.hooks, manifest["hooks"])
+    _compare_dataset(trainer, ckpt, manifest)
+    return changed
+
+
+def _compare_dataset(trainer: BaseTrainer[Any], ckpt: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a resume of an offline run onto other data than its checkpoint's (compared by
+    fingerprint: the same data under another path is accepted)."""
+    own = trainer.dataset_record()
+    if own is None:  # no dataset
+        return
+    saved = manifest.get("dataset")
+    if saved is None:
+        warnings.warn(
+            f"checkpoint {os.fspath(ckpt)!r} records no dataset fingerprint (an older "
+            "epochtrain wrote it): the dataset is not checked, resume with the run's own",
+            stacklevel=5,
+        )
+        return
+    if own["sha256"] != saved["sha256"]:
+        raise DatasetMismatchError(
+            f"the checkpoint {os.fspath(ckpt)!r} was written by a run on other data (dataset: "
+            f"saved {_describe(saved)}, now {_describe(own)}): resume with the original "
+            "dataset (it may have moved: its data is compared, not its path), or start a new "
+            "run; nothing was restored"
+        )
+
+
+def _describe(dataset: dict[str, Any]) -> str:
+    path = dataset.get("path")
+    where = "a buffer passed in" if path is None else repr(path)
+    return f"{where} ({dataset.get('transitions')} transitions, sha256 {dataset['sha256'][:16]})"
 
 
 def load_policy(policy: Policy[Any], path: str | os.PathLike[str]) -> dict[str, Any]:

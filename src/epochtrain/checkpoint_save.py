@@ -123,6 +123,8 @@ def _write_file(path: Path, obj: Any) -> dict[str, Any]:
 
 
 def _manifest(trainer: BaseTrainer[Any], files: dict[str, Any]) -> dict[str, Any]:
+    from epochtrain.trainer.hooks import hook_settings  # the trainer package imports this one
+
     test = trainer.last_test_stat
     # every RunState counter, derived from the dataclass (non-finite floats as null)
     counters = {
@@ -147,6 +149,8 @@ def _manifest(trainer: BaseTrainer[Any], files: dict[str, Any]) -> dict[str, Any
         },
         "spec": trainer.spec,
         "settings": trainer.resume_settings(),
+        "hooks": hook_settings(trainer.hooks),
+        "dataset": trainer.dataset_record(),
         "files": files,
     }
 

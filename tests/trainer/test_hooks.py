@@ -225,3 +225,25 @@ def test_reset_resets_hook_state() -> None:
     assert hook.n == 4
     trainer.reset()
     assert hook.n == 0
+
+
+def test_hook_settings_are_labelled_by_class_and_a_hook_declares_none_by_default() -> None:
+    from epochtrain.trainer import GradClip
+    from epochtrain.trainer.hooks import constructor_settings, hook_settings
+
+    class Plain(TrainerHook):
+        def __init__(self, scale: float = 1.0, fn: Any = None) -> None:
+            self.scale, self.fn = scale, fn
+
+        def register(self, trainer: BaseTrainer[Any]) -> None:
+            pass
+
+    hooks = [GradClip(max_norm=1.0), Plain(), GradClip(max_value=2.0)]
+    assert hook_settings(hooks) == {
+        "GradClip[0]": {"max_norm": 1.0, "max_value": None, "norm_type": 2.0},
+        Plain.__qualname__: {},
+        "GradClip[1]": {"max_norm": None, "max_value": 2.0, "norm_type": 2.0},
+    }
+    # what a user hook may return to opt in: its arguments kept under their own names,
+    # JSON values only (a callable is left out)
+    assert constructor_settings(Plain(3.0, fn=print)) == {"scale": 3.0}

@@ -190,6 +190,11 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
     def _collectors(self) -> list[tuple[str, Collector]]:
         return [] if self.test_collector is None else [("test_collector", self.test_collector)]
 
+    def dataset_record(self) -> dict[str, Any] | None:
+        """What a checkpoint records about the trainer's dataset (the offline trainer's
+        fingerprint of it, so a resume onto other data is refused); None: no dataset."""
+        return None
+
     def resume_settings(self) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed into this trainer: the
         :class:`~epochtrain.spec.RunSpec` this trainer was built from, or else its params,

@@ -1,7 +1,9 @@
 """Built-in trainer hooks: logging, target networks, learning rates, gradients, stopping.
 
 Each is a :class:`~epochtrain.trainer.hooks.TrainerHook`: pass it in ``hooks=[...]``;
-its state (running statistics, counters, schedulers) is saved in checkpoints.
+its state (running statistics, counters, schedulers) is saved in checkpoints, and the
+constructor arguments of those that change what is computed (all but the logging ones
+and ``ClearCudaCache``) are compared on resume (``resume_settings``).
 ``docs/hooks.md`` has an example of each.
 """
 
@@ -18,7 +20,7 @@ from torch import nn
 from epochtrain.data.batch import Batch
 from epochtrain.nets import SoftUpdate
 from epochtrain.stats import CollectStats, TrainingStats
-from epochtrain.trainer.hooks import TrainerHook, online_collector
+from epochtrain.trainer.hooks import TrainerHook, constructor_settings, online_collector
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
@@ -138,6 +140,10 @@ class TargetNetUpdater(TrainerHook):
         """Start counting again."""
         self.n_steps = 0
 
+    def resume_settings(self) -> dict[str, Any]:
+        """``tau`` and ``period``, compared on resume."""
+        return constructor_settings(self)
+
 
 class LRScheduler(TrainerHook):
     """Drive a ``torch.optim.lr_scheduler`` on the policy's optimizers.
@@ -188,6 +194,21 @@ class LRScheduler(TrainerHook):
         for name, scheduler in self.schedulers.items():
             scheduler.load_state_dict(state[name])
 
+    def resume_settings(self) -> dict[str, Any]:
+        """``every`` and, per scheduled optimizer (so ``optimizer=None`` on a policy with
+        one optimizer equals naming it), the scheduler's class and the constructor arguments
+        it keeps (``step_size``, ``gamma``, ...; not its position ``last_epoch``), compared
+        on resume: a scheduler's ``load_state_dict`` would otherwise silently bring back
+        the saved ones."""
+        schedulers = {
+            name: {
+                "type": type(scheduler).__qualname__,
+                **constructor_settings(scheduler, exclude=("last_epoch", "verbose")),
+            }
+            for name, scheduler in self.schedulers.items()
+        }
+        return {"every": self.every, "schedulers": schedulers}
+
 
 class GradClip(TrainerHook):
     """Clip gradients before every optimizer step: by total norm (``max_norm``) or
@@ -221,6 +242,10 @@ class GradClip(TrainerHook):
         else:
             assert self.max_value is not None
             nn.utils.clip_grad_value_(params, self.max_value)
+
+    def resume_settings(self) -> dict[str, Any]:
+        """``max_norm``, ``max_value`` and ``norm_type``, compared on resume."""
+        return constructor_settings(self)
 
 
 class EarlyStopping(TrainerHook):
@@ -288,6 +313,10 @@ class EarlyStopping(TrainerHook):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the best record."""
         self.best, self.best_step = float(state["best"]), int(state["best_step"])
+
+    def resume_settings(self) -> dict[str, Any]:
+        """``patience``, ``min_delta`` and ``check_finite``, compared on resume."""
+        return constructor_settings(self)
 
 
 class UTDRatio(TrainerHook):

@@ -3,7 +3,8 @@
 ``ObservationNormalizer`` and ``RewardNormalizer`` keep running statistics (mean and
 variance, Chan et al.'s parallel update, float64) of the training data, as
 Stable-Baselines3's ``VecNormalize`` and gymnasium's ``NormalizeObservation`` /
-``NormalizeReward`` do; their statistics are hook state, saved in checkpoints.
+``NormalizeReward`` do; their statistics are hook state, saved in checkpoints, and their
+constructor arguments are compared on resume (``resume_settings``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from epochtrain.data.batch import Batch
-from epochtrain.trainer.hooks import TrainerHook, online_collector
+from epochtrain.trainer.hooks import TrainerHook, constructor_settings, online_collector
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
@@ -104,10 +105,16 @@ class ObservationNormalizer(TrainerHook):
         return {"rms": self.rms.state_dict(), "epsilon": self.epsilon, "clip": self.clip}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the running statistics (and ``epsilon``/``clip`` when saved)."""
+        """Restore the running statistics and take the saved ``epsilon`` and ``clip`` (how
+        ``epochtrain eval`` rebuilds a run's normaliser). A resume never changes them: it
+        is refused first when they differ from this hook's (:meth:`resume_settings`)."""
         self.rms.load_state_dict(state["rms"])
         self.epsilon = float(state.get("epsilon", self.epsilon))
         self.clip = state.get("clip", self.clip)
+
+    def resume_settings(self) -> dict[str, Any]:
+        """``epsilon`` and ``clip``, compared on resume."""
+        return constructor_settings(self)
 
     def reset(self) -> None:
         """Forget the statistics."""
@@ -178,6 +185,10 @@ class RewardNormalizer(TrainerHook):
         self.rms.load_state_dict(state["rms"])
         self.returns = np.array(state["returns"], dtype=np.float64)
 
+    def resume_settings(self) -> dict[str, Any]:
+        """``gamma``, ``epsilon`` and ``clip``, compared on resume."""
+        return constructor_settings(self)
+
     def reset(self) -> None:
         """Forget the statistics."""
         self.rms = RunningMeanStd()
@@ -203,3 +214,7 @@ class BatchSubSampler(TrainerHook):
             return batch
         index = torch.randperm(n, device=batch.rew.device)[: self.batch_size]
         return batch[index]
+
+    def resume_settings(self) -> dict[str, Any]:
+        """``batch_size``, compared on resume."""
+        return constructor_settings(self)

@@ -1,7 +1,9 @@
 """OfflineTrainer: learn from a fixed buffer; no training envs.
 
 A training step is one gradient step on a minibatch of ``batch_size`` sampled from
-``buffer``; ``step_per_epoch`` therefore counts gradient steps here.
+``buffer``; ``step_per_epoch`` therefore counts gradient steps here. The dataset is not
+saved in checkpoints; its fingerprint is (:meth:`OfflineTrainer.dataset_record`), so a
+resume onto other data is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from epochtrain.algorithms.base import Policy, TrainerKind
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
+from epochtrain.dataset import dataset_fingerprint
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
 from epochtrain.trainer.params import OfflineParams, TrainerParams
@@ -50,7 +53,8 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
     ``params``: :class:`OfflineParams`.
 
     The dataset is an input, not part of the run's state: checkpoints do not hold it, so
-    resume with the same ``buffer``.
+    resume with the same ``buffer`` (its content: a checkpoint records its fingerprint,
+    and a resume onto other data is refused; the file may have moved).
     """
 
     kind: ClassVar[TrainerKind] = "offline"
@@ -74,10 +78,22 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
                 "buffer is empty: fill it (e.g. ReplayBuffer.load(path)) before offline training"
             )
         self.buffer = buffer
+        self._dataset_sha256: tuple[ReplayBuffer, str] | None = None  # at the first save/load
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
         check_dataset_spaces(self.policy, self.buffer)
+
+    def dataset_record(self) -> dict[str, Any]:
+        """What a checkpoint records about the dataset: ``sha256``, the fingerprint of its
+        transitions (:func:`~epochtrain.dataset.dataset_fingerprint`, computed once),
+        ``transitions`` (the valid ones) and ``path`` (the spec's ``dataset``, or ``None``
+        for a buffer passed in)."""
+        if self._dataset_sha256 is None or self._dataset_sha256[0] is not self.buffer:
+            self._dataset_sha256 = (self.buffer, dataset_fingerprint(self.buffer))
+        path = None if self.spec is None else self.spec.get("dataset")
+        sha256 = self._dataset_sha256[1]
+        return {"sha256": sha256, "transitions": self.buffer.n_valid, "path": path}
 
     def _buffer_kind(self) -> str | None:
         return type(self.buffer).__name__

@@ -226,18 +226,15 @@ def compare_settings(
     before the setting existed) counts as unchanged while it is at its value in
     ``defaults`` (same nesting as ``own``; :meth:`~BaseTrainer.setting_defaults`).
     """
-    mine, theirs, known = _flatten(own), _flatten(saved), _flatten(defaults or {})
+    changes = {
+        key: (then, now)
+        for key, then, now in differing_settings(own, saved, defaults)
+        if key not in _NOT_WORTH_A_WARNING
+    }
     safe = {f"trainer.{name}" for name in SAFE_TO_CHANGE} | SAFE_OUTSIDE_TRAINER
-    differing = sorted(
-        k
-        for k in mine.keys() | theirs.keys()
-        if mine.get(k) != theirs.get(k)
-        and k not in _NOT_WORTH_A_WARNING
-        and not (k not in theirs and k in known and mine[k] == known[k])
-    )
-    unsafe = [k for k in differing if k not in safe]
+    unsafe = [k for k in changes if k not in safe]
     if unsafe:
-        detail = ", ".join(f"{k}: saved {theirs.get(k)!r}, now {mine.get(k)!r}" for k in unsafe)
+        detail = ", ".join(f"{k}: saved {changes[k][0]!r}, now {changes[k][1]!r}" for k in unsafe)
         raise SettingsMismatchError(
             f"the checkpoint was written by a run with other settings ({detail}): build the "
             "trainer as the checkpointed run was (RunSpec.from_dict(manifest['spec']) for a "
@@ -245,7 +242,22 @@ def compare_settings(
             unsafe,
             detail,
         )
-    return [f"{k}: saved {theirs.get(k)!r}, now {mine.get(k)!r}" for k in differing]
+    return [f"{k}: saved {then!r}, now {now!r}" for k, (then, now) in changes.items()]
+
+
+def differing_settings(
+    own: Mapping[str, Any], saved: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, saved value, own value)`` of every setting that differs between two
+    nested mappings, sorted by key; a setting ``saved`` lacks (written before it existed)
+    counts as unchanged while ``own`` holds its value in ``defaults`` (same nesting)."""
+    mine, theirs, known = _flatten(own), _flatten(saved), _flatten(defaults or {})
+    return [
+        (k, theirs.get(k), mine.get(k))
+        for k in sorted(mine.keys() | theirs.keys())
+        if mine.get(k) != theirs.get(k)
+        and not (k not in theirs and k in known and mine[k] == known[k])
+    ]
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
