@@ -537,3 +537,41 @@ def test_an_n_step_refresh_interrupted_midway_is_redone_on_the_next_call(
         _n_step_fields(buf, 3, 0.9)
     monkeypatch.setattr(n_step_module, "_sum_one", real)
     assert _n_step_fields(buf, 3, 0.9) == _from_scratch(buf, 3, 0.9)
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_ending_the_episodes_truncates_each_envs_newest_row_and_n_step_sums_stop_there(
+    cls: type[ReplayBuffer],
+) -> None:
+    buf = cls(16, 2)
+    for t in range(4):  # rew 10 t + env, no episode ends
+        buf.add(**{**_row(t, 2), "terminated": np.zeros(2, dtype=bool)})
+    _n_step(buf, [0], n_step=3, gamma=0.5)  # the n-step table exists before the cut
+    buf.end_episodes()
+    for t in (4, 5):  # the next episodes
+        buf.add(**{**_row(t, 2), "terminated": np.zeros(2, dtype=bool)})
+    nb = _n_step(buf, list(range(2, 10)), n_step=3, gamma=0.5)  # rows 1..4
+    assert nb.rew.tolist() == pytest.approx([
+        10 + 0.5 * 20 + 0.25 * 30, 11 + 0.5 * 21 + 0.25 * 31,
+        20 + 0.5 * 30, 21 + 0.5 * 31,
+        30, 31,  # the newest row of the cut: itself only
+        40 + 0.5 * 50, 41 + 0.5 * 51,  # the newest row now stops these
+    ])  # fmt: skip
+    assert nb.discount is not None
+    assert nb.discount.tolist() == [0.125, 0.125, 0.25, 0.25, 0.5, 0.5, 0.25, 0.25]
+    assert nb.truncated.tolist() == [True] * 6 + [False] * 2  # row 3's flag
+    assert isinstance(nb.obs_next, torch.Tensor)
+    assert nb.obs_next[:, 0].tolist() == [4, 4, 4, 4, 4, 4, 6, 6]  # row 3's own obs_next
+    assert _n_step_fields(buf, 3, 0.5) == _from_scratch(buf, 3, 0.5)
+
+
+def test_ending_the_episodes_leaves_ended_and_invalid_rows_and_an_empty_buffer_alone() -> None:
+    buf = ReplayBuffer(9, 3)
+    buf.end_episodes()  # nothing stored: nothing to end
+    row = _row(0, 3, valid=np.array([True, True, False]))
+    row["terminated"] = np.array([True, False, False])
+    buf.add(**row)
+    buf.end_episodes()
+    rollout = buf.rollout()
+    assert rollout.terminated.tolist() == [[True, False, False]]
+    assert rollout.truncated.tolist() == [[False, True, False]]

@@ -330,3 +330,53 @@ def test_state_dict_carries_next_step_pending_reset() -> None:
     fresh.load_state_dict(state)
     stats = fresh.collect(n_step=1)
     assert stats.n_collected_steps == 1  # the reset step itself was not counted
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_restart_without_env_snapshot_ends_the_buffered_episodes_truncated(
+    mode: AutoresetMode,
+) -> None:
+    """Envs that could not be saved restart their episodes on load: the buffer's newest
+    row of each env must end its episode, or its n-step window runs into the new one."""
+    collector, buf, _ = _collector([5, 5], mode=mode, capacity=40)
+    assert buf is not None
+    collector.collect(n_step=6)  # rows t = 0, 1, 2 of each env's first episode
+    state = collector.state_dict(include_env=True)
+    state["env"] = None  # as saved from an env that does not pickle (AsyncVectorEnv)
+    collector.load_state_dict(state, restart_seed=0)
+    stats = collector.collect(n_step=10)
+    # the abandoned episodes count nowhere: each env plays 5 fresh steps, counted whole
+    assert stats.lens.tolist() == [5, 5]
+    assert stats.returns.tolist() == [expected_return(0, 5), expected_return(1, 5)]
+    nb = buf.get(torch.arange(8), n_step=3, gamma=0.5)  # rows 0..3, flat t * 2 + env
+    assert isinstance(nb.obs, torch.Tensor) and isinstance(nb.obs_next, torch.Tensor)
+    assert nb.obs[:, 2].tolist() == [0, 0, 1, 1, 2, 2, 0, 0]  # row 3: the new episodes
+    # rewards t + 1 + (env + t) % 2: env 0 pays 1, 3, 3 and env 1 pays 2, 2, 4 for
+    # t = 0, 1, 2, in the abandoned episodes and in the new ones alike
+    assert nb.rew.tolist() == [
+        1 + 0.5 * 3 + 0.25 * 3, 2 + 0.5 * 2 + 0.25 * 4,
+        3 + 0.5 * 3, 2 + 0.5 * 4,
+        3, 4,
+        1 + 0.5 * 3 + 0.25 * 3, 2 + 0.5 * 2 + 0.25 * 4,
+    ]  # fmt: skip
+    assert nb.discount is not None
+    assert nb.discount.tolist() == [0.125, 0.125, 0.25, 0.25, 0.5, 0.5, 0.125, 0.125]
+    assert nb.obs_next[:, 2].tolist() == [3, 3, 3, 3, 3, 3, 3, 3]
+    assert nb.truncated.tolist() == [True] * 6 + [False] * 2
+    assert not bool(nb.terminated.any())
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_restored_env_snapshot_continues_the_buffered_episodes(mode: AutoresetMode) -> None:
+    collector, buf, _ = _collector([5, 5], mode=mode, capacity=40)
+    assert buf is not None
+    collector.collect(n_step=6)
+    state, buffer_state = collector.state_dict(include_env=True), buf.state_dict()
+    assert state["env"] is not None  # counter envs pickle
+    collector.collect(n_step=4)  # the run goes on, then is put back
+    buf.load_state_dict(buffer_state)
+    collector.load_state_dict(state, restart_seed=0)
+    stats = collector.collect(n_step=4)
+    assert stats.lens.tolist() == [5, 5]  # the episodes went on: 3 steps before, 2 after
+    _valid_transitions(buf, [5, 5])  # every flag as in an uninterrupted run
+    assert not bool(buf.rollout().truncated.any())

@@ -74,8 +74,8 @@ class ReplayBuffer:
         self._n_invalid = 0
         self._rows_written = 0  # since construction: lets rewind() tell what was overwritten
         self._clears = 0
-        # bumped whenever rows change other than by add() (clear, rewind, a load): the
-        # n-step table is then refilled instead of brought up to date
+        # bumped whenever rows change other than by add() (clear, rewind, a load,
+        # end_episodes): the n-step table is then refilled instead of brought up to date
         self._layout = 0
         self._n_step: NStepTable | None = None
         self._storage: dict[str, Any] | None = None
@@ -131,6 +131,22 @@ class ReplayBuffer:
         self._rows_written += 1
         if self._size < self.rows:
             self._size += 1
+
+    def end_episodes(self) -> None:
+        """Mark the newest transition of each env truncated, unless it already ends its
+        episode (or is an invalid reset step).
+
+        For a collector that abandons the episodes in progress (``Collector.reset``, a
+        resume whose envs could not be saved): each env's next row starts a new episode,
+        so no n-step window may run on into it. The newest ``obs_next`` is the genuine next
+        observation, so the transition still bootstraps from it, as a time-limit cut does.
+        """
+        if self._storage is None or self._size == 0:
+            return
+        t = (self._cursor - 1) % self.rows
+        v = self._views
+        v["truncated"][t] |= v["valid"][t] & ~v["terminated"][t]
+        self._layout += 1  # the n-step windows that ran through row t are summed anew
 
     def _allocate(self, obs: ObsArray, act: np.ndarray, extras: dict[str, np.ndarray]) -> None:
         allowed = tuple(k for k in EXTRA_FIELDS if k != "valid")
@@ -284,9 +300,9 @@ class ReplayBuffer:
         The sums are kept in a table per ``(n_step, gamma)`` beside the storage and brought
         up to date on each call for the rows written since the last one (and the
         ``n_step - 1`` before them, whose windows reach the new rows), so a call gathers
-        instead of summing; the first call, or one after ``clear``, ``rewind`` or a load,
-        fills the whole table once. The table takes 16 bytes per transition of capacity and
-        is never saved: a loaded buffer fills it anew.
+        instead of summing; the first call, or one after ``clear``, ``rewind``,
+        ``end_episodes`` or a load, fills the whole table once. The table takes 16 bytes per
+        transition of capacity and is never saved: a loaded buffer fills it anew.
         """
         check_n_step(n_step)
         if batch.index is None:

@@ -29,7 +29,8 @@ for new observations and False for the final observations of finished episodes.
 ``state_dict(include_env=True)`` also snapshots the vector env (sub-envs, their RNGs and
 in-flight episodes) when it pickles, as a ``SyncVectorEnv`` of classic-control envs does;
 an ``AsyncVectorEnv`` does not, and resuming restarts its episodes with a seeded reset
-(see :mod:`epochtrain.data.env_snapshots`).
+(see :mod:`epochtrain.data.env_snapshots`); the abandoned episodes end, truncated, at the
+buffer's newest row of each env and count in no stats.
 """
 
 from __future__ import annotations
@@ -158,11 +159,18 @@ class Collector:
         self._warned_long = False
 
     def reset(self, seed: int | None = None) -> None:
-        """Reset every env (seeded with ``seed + i`` when ``seed`` is given)."""
+        """Reset every env (seeded with ``seed + i`` when ``seed`` is given).
+
+        The episodes in progress are abandoned: they count in no ``CollectStats``, and the
+        buffer's newest transition of each env is marked truncated
+        (:meth:`ReplayBuffer.end_episodes`), so n-step returns stop there.
+        """
         try:
             obs, _ = self.env.reset(seed=seed)
         except Exception as exc:
             self._env_failed(exc, "reset", 0)
+        if self.buffer is not None:
+            self.buffer.end_episodes()
         check_finite(self.env, obs, None, 0)
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, True)
@@ -387,7 +395,9 @@ class Collector:
 
         With an env snapshot the envs continue their episodes exactly. A state saved with
         ``include_env=True`` whose env did not pickle cannot continue them: with
-        ``restart_seed`` the envs are reset with that seed (new episodes, deterministic).
+        ``restart_seed`` the envs are reset with that seed (new episodes, deterministic)
+        by :meth:`reset`, which ends the buffer's episodes at its newest rows (load the
+        buffer first).
         """
         snapshot = state.get("env")
         if snapshot is not None:
