@@ -38,6 +38,9 @@ __all__ = [
     "numpy_views",
     "obs_index",
     "read_state_file",
+    "size_text",
+    "spaces_transition_bytes",
+    "transition_bytes",
     "write_obs",
     "write_state_file",
 ]
@@ -92,7 +95,7 @@ def check_memory(obs: ObsArray, act: np.ndarray, rows: int, num_envs: int) -> No
     :data:`MEMORY_SHARE` of the memory available. Linux hands out zeroed pages lazily, so
     without this check a buffer too large is not refused: the kernel kills the process,
     without a word, once the buffer fills up."""
-    per_row = 2 * _bytes_per_row(obs) + _bytes_per_row(act) + 4 + 3  # rew, three flags
+    per_row = transition_bytes(obs, act)
     needed = per_row * rows * num_envs
     available = available_memory()
     if available is None or needed <= MEMORY_SHARE * available:
@@ -101,13 +104,32 @@ def check_memory(obs: ObsArray, act: np.ndarray, rows: int, num_envs: int) -> No
     fits = int(MEMORY_SHARE * available) // per_row // num_envs * num_envs
     raise ValueError(
         f"buffer_size={rows * num_envs:,} transitions of {kind} observations need "
-        f"{_size(needed)} (obs and obs_next are stored), more than "
-        f"{MEMORY_SHARE:.0%} of the {_size(available)} of memory available: lower "
+        f"{size_text(needed)} (obs and obs_next are stored), more than "
+        f"{MEMORY_SHARE:.0%} of the {size_text(available)} of memory available: lower "
         f"buffer_size (at most {fits:,} here)"
     )
 
 
-def _size(n_bytes: int) -> str:
+def transition_bytes(obs: ObsArray, act: np.ndarray) -> int:
+    """Bytes one transition like ``obs`` and ``act`` (a leading env axis) takes in a buffer:
+    ``obs`` and ``obs_next``, the action, the reward and three flags."""
+    return 2 * _bytes_per_row(obs) + _bytes_per_row(act) + 4 + 3
+
+
+def spaces_transition_bytes(
+    observation_space: gym.Space[Any], action_space: gym.Space[Any]
+) -> int | None:
+    """:func:`transition_bytes` of an env with these spaces; ``None`` for spaces a buffer
+    cannot hold (the buffer refuses them itself)."""
+    obs = create_empty_array(observation_space, 1)
+    act = create_empty_array(action_space, 1)
+    if isinstance(obs, np.ndarray | dict) and isinstance(act, np.ndarray):
+        return transition_bytes(obs, act)
+    return None
+
+
+def size_text(n_bytes: float) -> str:
+    """``n_bytes`` as ``"1.2 GB"`` or ``"350.0 MB"``."""
     return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.1f} MB"
 
 

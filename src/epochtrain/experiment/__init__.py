@@ -5,7 +5,8 @@ Scores are ``{algorithm: array [n_runs, n_tasks]}``. Per env: :func:`summarize_t
 :func:`aggregate_estimates` (IQM, mean, median, optimality gap) and
 :func:`performance_profiles`. :func:`pairwise_improvement` gives P(X > Y). Test curves
 become scores with :func:`run_score` and sample-efficiency curves with :func:`align_curves`
-and :func:`curve_estimates`. The ``plot_*`` functions (matplotlib, extra ``plot``) return
+and :func:`curve_estimates` (runs that reached their goal held at their last return by
+:func:`carry_forward`). The ``plot_*`` functions (matplotlib, extra ``plot``) return
 figures. Every interval is reproducible: the same input and ``seed`` give the same interval.
 Runs: :func:`grid` enumerates ``RunSpec``s, :func:`run_experiment` runs them resumably into
 run directories, :func:`load_experiment` reads them back. See ``docs/experiments.md``.
@@ -18,6 +19,7 @@ from epochtrain.experiment.curves import (
     CurveStatistic,
     ScoreMethod,
     align_curves,
+    carry_forward,
     curve_estimates,
     run_score,
 )
@@ -77,6 +79,7 @@ __all__ = [
     "aggregate_mean",
     "aggregate_median",
     "align_curves",
+    "carry_forward",
     "curve_estimates",
     "grid",
     "iqm",

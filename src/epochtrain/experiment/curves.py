@@ -6,6 +6,10 @@ put on one grid of env steps by **linear interpolation between a run's own tests
 extrapolated**: the default grid is every env step at which any run was tested, within the
 range every run covers (from the latest first test to the earliest last test). Curves that
 share their test steps are thus left exactly as they are.
+
+A run that stopped because it reached its goal (``stop_at``: it solved the task) is first
+**carried forward** (:func:`carry_forward`): held at its last test return at the later tests
+of the runs it is compared with, so neither a curve nor a score is cut where it stopped.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "CurveStatistic",
     "ScoreMethod",
     "align_curves",
+    "carry_forward",
     "curve_estimates",
     "run_score",
 ]
@@ -45,7 +50,8 @@ SCORE_METHODS: tuple[str, ...] = get_args(ScoreMethod)
 """How a run's test curve becomes one score: its last test return (``final``, the default),
 its highest (``best``, optimistic: the maximum of noisy tests), or the area under the curve
 divided by the env steps it spans (``auc``: the time-averaged return, which rewards learning
-early)."""
+early). Only ``auc`` depends on the span: holding a curve at its last return
+(:func:`carry_forward`) leaves ``final`` and ``best`` as they are."""
 
 CurveStatistic = Literal["iqm", "mean", "median"]
 
@@ -71,6 +77,9 @@ def run_score(
 
     ``method`` is one of :data:`SCORE_METHODS`. ``auc`` is the trapezoidal area divided by
     ``env_steps[-1] - env_steps[0]``, in return units; a one-test curve scores its return.
+    The curve is scored as given: :meth:`Experiment.scores
+    <epochtrain.experiment.Experiment.scores>` first carries forward the runs that reached
+    their goal (:func:`carry_forward`), so that their ``auc`` spans what the others' does.
     """
     steps, values = _check_curve(env_steps, returns, "the curve")
     if method == "final":
@@ -83,6 +92,43 @@ def run_score(
         area = float(np.sum(np.diff(steps) * (values[1:] + values[:-1]) / 2.0))
         return area / float(steps[-1] - steps[0])
     raise ValueError(f"method must be one of {SCORE_METHODS}, got {method!r}")
+
+
+def carry_forward(
+    curves: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]],
+    reached_goal: Sequence[bool],
+    *,
+    tested: npt.ArrayLike | None = None,
+) -> list[tuple[FloatArray, FloatArray]]:
+    """The test curves ``[(env_steps, returns), ...]`` with each run that reached its goal
+    (``reached_goal[i]``: it stopped at ``stop_at``, having solved the task) held at its last
+    test return at every later env step of ``tested``: by default the env steps at which
+    any of ``curves`` was tested, so the span of the curves becomes the longest one's (pass
+    the tests of more runs, e.g. every algorithm's on the env, to extend to theirs).
+
+    A run that ended early for another reason (a shorter budget, a non-finite loss) is left
+    as it is: it is not known what it would have done, so it is not extended.
+    """
+    if isinstance(curves, Mapping) or len(curves) != len(reached_goal):
+        raise ValueError(
+            f"curves and reached_goal must be sequences of the same length, got "
+            f"{len(curves)} curves and {len(reached_goal)} flags"
+        )
+    checked = [_check_curve(s, r, f"curves[{i}]") for i, (s, r) in enumerate(curves)]
+    if not checked:
+        return []
+    if tested is None:
+        steps_tested = np.unique(np.concatenate([steps for steps, _ in checked]))
+    else:
+        steps_tested = np.unique(check_scores(tested, "tested", ndim=1))
+    carried = []
+    for (steps, returns), goal in zip(checked, reached_goal, strict=True):
+        if goal:
+            later = steps_tested[steps_tested > steps[-1]]
+            steps = np.concatenate([steps, later])
+            returns = np.concatenate([returns, np.full(later.size, returns[-1])])
+        carried.append((steps, returns))
+    return carried
 
 
 def align_curves(

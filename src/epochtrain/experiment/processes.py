@@ -24,7 +24,6 @@ import os
 import queue
 import signal
 import threading
-import time
 from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -44,6 +43,7 @@ from epochtrain.experiment.runs import (
     open_trainer,
     run_in_use,
     spec_of,
+    timed_epoch,
 )
 
 __all__ = ["IN_USE", "STOP_GRACE", "run_processes"]
@@ -253,17 +253,20 @@ def _run_in_worker(run_dir_name: str) -> str:
         worker.running = True
     worker.events.put((run_dir_name, "begin", 0))  # a failure counts from here
     run_dir = Path(run_dir_name)
-    start = time.perf_counter()
     trainer = None
     try:
         if run_in_use(run_dir) is not None:
             return IN_USE
         trainer = open_trainer(run_dir)
-        earlier = trainer.state.total_time  # of the sessions before, from the checkpoint
+        wall_time = trainer.state.total_time  # of the sessions before, from the checkpoint
         worker.events.put((run_dir_name, "start", trainer.state.epoch))
-        for _ in trainer:
+        while True:
+            more, seconds = timed_epoch(trainer)
+            wall_time += seconds
+            if not more:
+                break
             worker.events.put((run_dir_name, "epoch", trainer.state.epoch))
-        finished_result(run_dir, trainer, earlier + time.perf_counter() - start)
+        finished_result(run_dir, trainer, wall_time)
         return "finished"
     except KeyboardInterrupt:  # told to stop, or stopped by a pool another worker broke
         worker.stopped = True

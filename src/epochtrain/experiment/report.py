@@ -24,10 +24,11 @@ from epochtrain.experiment.curves import (
     CurveEstimate,
     ScoreMethod,
     align_curves,
+    carry_forward,
     curve_estimates,
 )
 from epochtrain.experiment.normalization import NormalizedScores, normalize_scores
-from epochtrain.experiment.results import Experiment, RunResult
+from epochtrain.experiment.results import STOPPED_AT_GOAL, Experiment, RunResult
 from epochtrain.experiment.stats import (
     aggregate_estimates,
     pairwise_improvement,
@@ -63,13 +64,11 @@ FIGURES = (
 """The figures a report may write; those a new report does not draw are removed from
 ``out_dir`` (a figure of an earlier comparison), no other file is touched."""
 
-STOPPED_AT_GOAL = "stop_fn"
-"""The ``stop_reason`` of a run that reached its ``stop_at`` return (it solved the task)."""
-
 _SCORE_TEXT = {
     "final": "final test return",
     "best": "best test return",
-    "auc": "area under the test curve per env step",
+    "auc": "area under the test curve per env step (a run that reached stop_at held at its "
+    "last test return up to the last test of the longest run on its env)",
 }
 
 
@@ -220,31 +219,32 @@ def build_report(
     return "\n".join(lines)
 
 
-def _carried_forward(runs: list[RunResult]) -> list[tuple[FloatArray, FloatArray]]:
+def _carried_forward(
+    runs: list[RunResult], tested: FloatArray
+) -> list[tuple[FloatArray, FloatArray]]:
     """The runs' test curves, each run that reached its goal (``stop_at``) held at its last
-    test return at the later tests of the other runs: it solved the task and stopped, so the
-    grid is not cut where it stopped."""
-    later = np.unique(np.concatenate([run.steps for run in runs]))
-    curves = []
-    for run in runs:
-        steps, returns = run.steps, run.test_returns
-        if run.stop_reason == STOPPED_AT_GOAL:
-            extra = later[later > steps[-1]]
-            steps = np.concatenate([steps, extra])
-            returns = np.concatenate([returns, np.full(extra.size, returns[-1])])
-        curves.append((steps, returns))
-    return curves
+    test return at the later env steps of ``tested`` (every test on the env): it solved the
+    task and stopped, so its curve is not cut where it stopped, and it spans what the
+    scores (:meth:`Experiment.scores`) count."""
+    return carry_forward(
+        [(run.steps, run.test_returns) for run in runs],
+        [run.stop_reason == STOPPED_AT_GOAL for run in runs],
+        tested=tested,
+    )
 
 
 def _sample_efficiency(
     experiment: Experiment, reps: int, seed: int
 ) -> tuple[dict[str, dict[str, CurveEstimate]], list[str]]:
-    """``{env: {algo: CurveEstimate}}`` on each algorithm's own grid, and notes on curves
-    that reached-goal runs extend or that short runs cut."""
+    """``{env: {algo: CurveEstimate}}`` on each algorithm's own grid, its reached-goal runs
+    carried forward to the last test on the env (of any algorithm), and notes on curves that
+    reached-goal runs extend or that short runs cut."""
     curves: dict[str, dict[str, CurveEstimate]] = {}
     notes: list[str] = []
     for env in experiment.envs:
         curves[env] = {}
+        on_env = [r.steps for r in experiment.finished() if r.env_id == env and r.steps.size]
+        tested = np.unique(np.concatenate(on_env)) if on_env else np.zeros(0)
         for algo in experiment.algos:
             runs = [
                 r
@@ -253,14 +253,18 @@ def _sample_efficiency(
             ]
             if not runs:
                 continue
-            carried = [r.run_id for r in runs if r.stop_reason == STOPPED_AT_GOAL]
-            if carried and len(runs) > 1:
+            carried = [
+                r.run_id
+                for r in runs
+                if r.stop_reason == STOPPED_AT_GOAL and r.steps[-1] < tested[-1]
+            ]
+            if carried:
                 notes.append(
                     f"{algo} on {env}: {', '.join(carried)} reached stop_at and count at their "
                     "last test return after they stopped."
                 )
             try:
-                grid, values = align_curves(_carried_forward(runs))
+                grid, values = align_curves(_carried_forward(runs, tested))
             except ValueError as exc:  # runs that share no env steps: no common curve
                 notes.append(f"**Warning:** {algo} on {env}: no curve drawn: {exc}.")
                 continue

@@ -4,13 +4,17 @@
 ``result.json``; a run without one is ``"running"`` while another live process holds its
 checkpoint lock (a sweep running it now), else ``"pending"`` (never started, or interrupted).
 :meth:`Experiment.scores` gives the ``{algorithm: [n_runs, n_envs]}`` matrix that the
-statistics take, :meth:`Experiment.curves` the test curves of one env.
+statistics take, :meth:`Experiment.curves` the test curves of one env. A run that reached its
+goal (``stop_reason`` :data:`STOPPED_AT_GOAL`) is scored as if held at its last test return up
+to the last test of the longest run on its env (:func:`~epochtrain.experiment.carry_forward`),
+as the report's curves draw it.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +24,7 @@ import numpy as np
 
 from epochtrain.envs import env_name
 from epochtrain.experiment.bootstrap import FloatArray
-from epochtrain.experiment.curves import SCORE_METHODS, ScoreMethod, run_score
+from epochtrain.experiment.curves import SCORE_METHODS, ScoreMethod, carry_forward, run_score
 from epochtrain.experiment.runs import (
     EXPERIMENT_FILE,
     RESULT_FILE,
@@ -32,9 +36,12 @@ from epochtrain.experiment.runs import (
     run_in_use,
 )
 
-__all__ = ["Experiment", "RunResult", "RunStatus", "load_experiment"]
+__all__ = ["STOPPED_AT_GOAL", "Experiment", "RunResult", "RunStatus", "load_experiment"]
 
 RunStatus = Literal["finished", "failed", "pending", "running"]
+
+STOPPED_AT_GOAL = "stop_fn"
+"""The ``stop_reason`` of a run that reached its ``stop_at`` return (it solved the task)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,8 @@ class RunResult:
     path: Path | None = None
 
     def score(self, method: ScoreMethod = "final") -> float:
-        """The run's score from its test curve (:func:`~epochtrain.experiment.run_score`)."""
+        """The run's score from its own test curve (:func:`~epochtrain.experiment.run_score`);
+        :meth:`Experiment.scores` scores a run that reached its goal over the common span."""
         if self.test_returns.size == 0:
             raise ValueError(f"run {self.run_id} has no test yet: it cannot be scored")
         return run_score(self.steps, self.test_returns, method)
@@ -89,6 +97,11 @@ class Experiment:
         Rows are seeds in ascending order. Every algorithm needs the same seeds on every
         env (the matrix has no holes): a missing or failed run raises ``ValueError`` naming
         it, so re-run the experiment or pass ``envs=`` to leave an env out.
+
+        The runs of an env are scored over one span, the last test of the longest of them:
+        a run that reached its goal (``stop_at``) counts at its last test return up to there
+        (:func:`~epochtrain.experiment.carry_forward`); a run that ended earlier for another
+        reason is not extended, and with ``method="auc"`` a warning names it.
         """
         if method not in SCORE_METHODS:
             raise ValueError(f"method must be one of {SCORE_METHODS}, got {method!r}")
@@ -103,14 +116,43 @@ class Experiment:
                 "run of each of its seeds on every env; re-run the experiment to finish them, "
                 "or pass envs= to compare fewer envs"
             )
+        per_run: dict[str, float] = {}
+        for env in env_ids:
+            per_run.update(self._span_scores(env, method))
         result: dict[str, FloatArray] = {}
         for algo in self.algos:
             runs = {(r.env_id, r.seed): r for r in self.finished() if r.algo == algo}
             seeds = sorted({seed for _, seed in runs})
             result[algo] = np.array(
-                [[runs[(env, seed)].score(method) for env in env_ids] for seed in seeds]
+                [[per_run[runs[(env, seed)].run_id] for env in env_ids] for seed in seeds]
             )
         return result, env_ids
+
+    def _span_scores(self, env_id: str, method: ScoreMethod) -> dict[str, float]:
+        """``{run_id: score}`` of the finished runs on ``env_id``, over their common span."""
+        runs = [r for r in self.finished() if r.env_id == env_id]
+        for run in runs:
+            if run.test_returns.size == 0:
+                run.score(method)  # the error naming the untested run
+        curves = carry_forward(
+            [(r.steps, r.test_returns) for r in runs],
+            [r.stop_reason == STOPPED_AT_GOAL for r in runs],
+        )
+        span_end = max(float(steps[-1]) for steps, _ in curves)
+        short = [
+            r.run_id for r, (steps, _) in zip(runs, curves, strict=True) if steps[-1] < span_end
+        ]
+        if short and method == "auc":  # final and best do not depend on the span
+            warnings.warn(
+                f"{env_id}: {', '.join(short)} ended before {span_end:g} steps (the last test "
+                "of the longest run) without reaching stop_at; their auc covers their own "
+                "tests only, so it is not comparable with the longer runs'",
+                stacklevel=3,
+            )
+        return {
+            r.run_id: run_score(steps, returns, method)
+            for r, (steps, returns) in zip(runs, curves, strict=True)
+        }
 
     def unfinished(self, envs: Sequence[str] | None = None) -> list[str]:
         """What a comparison on ``envs`` (default: all) lacks: for each algorithm, each of

@@ -3,7 +3,9 @@
 Backends, which write the same run directories and the same numbers for the same spec:
 
 - ``"lockstep"``: one process; the trainers are built together and advanced one epoch each
-  in turn (the ``zip`` usage of the iterator), each owning its random streams;
+  in turn (the ``zip`` usage of the iterator), each owning its random streams; a sweep
+  whose replay buffers together would not fit in memory is refused before any run opens
+  (:func:`~epochtrain.experiment.memory.check_lockstep_memory`);
 - ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each
   (:mod:`epochtrain.experiment.processes`);
 - ``"ray"``: one Ray Tune trial per run (:func:`epochtrain.experiment.ray_backend.run_trials`, extra
@@ -30,6 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from epochtrain.experiment.memory import check_lockstep_memory
 from epochtrain.experiment.prepare import check_writable, prepare_runs
 from epochtrain.experiment.processes import run_processes
 from epochtrain.experiment.progress import Progress
@@ -44,6 +47,7 @@ from epochtrain.experiment.runs import (
     open_trainer,
     run_in_use,
     spec_of,
+    timed_epoch,
 )
 from epochtrain.spec import RunSpec, algorithm, check_env_id
 
@@ -145,6 +149,8 @@ def run_experiment(
     run_dirs = prepare_runs(specs, root)
     pending = _not_held([d for d in run_dirs if not is_finished(d)])
     check_writable(root, pending)
+    if backend == "lockstep":
+        check_lockstep_memory(pending)  # the runs' buffers add up: refused before any opens
     with Progress(run_dirs, pending, enabled=show_progress) as progress:
         if backend == "lockstep":
             _run_lockstep(pending, progress)
@@ -261,20 +267,19 @@ def _advance_lockstep(
         progress.start(run_dir, trainers[run_dir].state.epoch)
     while trainers:
         for run_dir, trainer in list(trainers.items()):
-            start = time.perf_counter()
             try:
-                next(trainer)
-            except StopIteration:
-                wall[run_dir] += time.perf_counter() - start
-                finished_result(run_dir, trainer, wall[run_dir])
-                progress.end(run_dir, failed=False)
-                close_envs(trainers.pop(run_dir))
+                more, seconds = timed_epoch(trainer)
             except Exception as exc:
                 _end_with_error(run_dir, exc, progress)
                 close_envs(trainers.pop(run_dir))
-            else:
-                wall[run_dir] += time.perf_counter() - start
+                continue
+            wall[run_dir] += seconds
+            if more:
                 progress.epoch(run_dir, trainer.state.epoch)
+            else:
+                finished_result(run_dir, trainer, wall[run_dir])
+                progress.end(run_dir, failed=False)
+                close_envs(trainers.pop(run_dir))
 
 
 def _end_with_error(run_dir: Path, exc: Exception, progress: Progress) -> None:

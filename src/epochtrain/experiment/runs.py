@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -45,6 +46,7 @@ __all__ = [
     "resolve_spec",
     "run_in_use",
     "spec_of",
+    "timed_epoch",
     "write_json",
 ]
 
@@ -173,6 +175,23 @@ def open_trainer(run_dir: Path) -> Any:
     else:  # started over (killed before its first checkpoint): its old records are dropped
         trainer.logger.load_state_dict(trainer.logger.state_dict())
     return trainer
+
+
+def timed_epoch(trainer: Any) -> tuple[bool, float]:
+    """Advance ``trainer`` by one epoch: ``(True, seconds)`` after an epoch, ``(False,
+    seconds)`` once the run has ended (``next`` raised ``StopIteration``).
+
+    A run's ``wall_time`` in ``result.json`` is the sum of these seconds plus its earlier
+    sessions' ``trainer.state.total_time`` (restored from the checkpoint). Every backend
+    counts it so: the seconds in the run's epochs, never the trainer's construction, a
+    resume's loading or a worker's imports. An exception from the epoch propagates.
+    """
+    start = time.perf_counter()
+    try:
+        next(trainer)
+    except StopIteration:
+        return False, time.perf_counter() - start
+    return True, time.perf_counter() - start
 
 
 def close_envs(trainer: Any) -> None:

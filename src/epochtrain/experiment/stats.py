@@ -302,12 +302,40 @@ def _default_taus(scores: Mapping[str, FloatArray], normalized: bool) -> FloatAr
 
 def _improvement(xs: FloatArray, ys: FloatArray) -> FloatArray:
     """P(X > Y) per batch entry, ``xs [..., n_x, n_tasks]``, ``ys [..., n_y, n_tasks]``: the
-    Mann-Whitney U statistic over ``n_x * n_y`` (a tie counts 1/2), averaged over tasks."""
-    wins = np.zeros(xs.shape[:-2] + xs.shape[-1:])
-    for i in range(xs.shape[-2]):  # one run of X at a time bounds memory at ys' size
-        x_i = xs[..., i : i + 1, :]
-        wins += (x_i > ys).sum(axis=-2) + 0.5 * (x_i == ys).sum(axis=-2)
-    return np.asarray((wins / (xs.shape[-2] * ys.shape[-2])).mean(axis=-1))
+    Mann-Whitney U statistic over ``n_x * n_y`` (a tie counts 1/2), averaged over tasks.
+
+    U comes from ranks, in O(n log n) per task: the sum of X's ranks in the pooled sample,
+    tied values sharing their mean rank, less ``n_x (n_x + 1) / 2``. Ranks are whole or
+    half numbers, so U is exact: it equals the count of pairs X > Y plus half the ties.
+    """
+    n_x, n_y = xs.shape[-2], ys.shape[-2]
+    batch = np.broadcast_shapes(xs.shape[:-2], ys.shape[:-2])
+    pooled = np.concatenate(
+        [
+            np.broadcast_to(xs, (*batch, *xs.shape[-2:])),
+            np.broadcast_to(ys, (*batch, *ys.shape[-2:])),
+        ],
+        axis=-2,
+    )
+    order = np.argsort(pooled, axis=-2, kind="stable")
+    ordered = np.take_along_axis(pooled, order, axis=-2)
+    n = n_x + n_y
+    position = np.arange(n).reshape(n, 1)
+    new_value = ordered[..., 1:, :] != ordered[..., :-1, :]
+    edge = np.ones((*batch, 1, ordered.shape[-1]), dtype=bool)
+    # each position's run of equal values: its first and last position
+    first = np.maximum.accumulate(
+        np.where(np.concatenate([edge, new_value], axis=-2), position, 0), axis=-2
+    )
+    is_last = np.concatenate([new_value, edge], axis=-2)
+    last = np.flip(
+        np.minimum.accumulate(np.flip(np.where(is_last, position, n - 1), axis=-2), axis=-2),
+        axis=-2,
+    )
+    mean_rank = (first + last) / 2.0 + 1.0
+    rank_sum = np.where(order < n_x, mean_rank, 0.0).sum(axis=-2)
+    u = rank_sum - n_x * (n_x + 1) / 2.0
+    return np.asarray((u / (n_x * n_y)).mean(axis=-1))
 
 
 def probability_of_improvement(scores_x: npt.ArrayLike, scores_y: npt.ArrayLike) -> float:
