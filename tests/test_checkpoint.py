@@ -146,6 +146,35 @@ def test_keep_last_none_keeps_all_and_every_k_epochs(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("keep_last", [None, 2])
+def test_a_save_reads_no_more_checkpoints_as_they_accumulate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_last: int | None
+) -> None:
+    """Checkpoints read per save stay flat over a long run (before, with keep_last=None,
+    each save re-read every manifest: 575 ms a save at epoch 400)."""
+    import epochtrain.checkpoint_files as files
+    import epochtrain.checkpoint_save as save
+
+    reads: list[Path] = []
+    real = files.is_complete
+
+    def counted(path: Path) -> bool:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(files, "is_complete", counted)
+    monkeypatch.setattr(save, "is_complete", counted)
+    trainer = build("off", max_epoch=8, step_per_epoch=10, checkpoint_dir=tmp_path,
+                    keep_last=keep_last)  # fmt: skip
+    per_save = []
+    for _ in trainer:
+        per_save.append(len(reads))
+        reads.clear()
+    assert max(per_save[1:]) <= (0 if keep_last is None else keep_last + 2), per_save
+    kept = [p.name for p in find_checkpoints(tmp_path)]  # (and, with keep_best, the best)
+    assert kept[-(keep_last or 8) :] == [f"epoch_{e:06d}" for e in range(9 - (keep_last or 8), 9)]
+
+
 def test_resume_from_a_checkpoint_dir_takes_the_latest(tmp_path: Path) -> None:
     full = [comparable(s) for s in build("off", max_epoch=3)]
     first = build("off", max_epoch=3, checkpoint_dir=tmp_path)

@@ -200,6 +200,9 @@ class CheckpointLock:
         self.path = root / LOCK_FILE
         self.token = uuid.uuid4().hex
         self.held = False
+        self.swept = False
+        """Whether the holder has cleaned ``root`` since it took the lock: while it holds
+        it, only its own saves change the directory, so once is enough."""
 
     def _record(self) -> dict[str, Any]:
         return {
@@ -240,7 +243,7 @@ class CheckpointLock:
         self.root.mkdir(parents=True, exist_ok=True)
         for attempt in range(3):
             if self._create():
-                self.held = True
+                self.held, self.swept = True, False
                 return
             record = self._read()
             if record is None:

@@ -333,8 +333,11 @@ def save_periodic(trainer: BaseTrainer[Any], root: Path) -> Path | None:
     """Save ``root/epoch_<epoch>`` and rotate: keep the last ``trainer.params.keep_last`` and, with
     ``trainer.params.keep_best``, the one of the best test return.
 
-    Holds ``root``'s writer lock; first puts back a checkpoint whose replacement was
-    killed and removes the leftovers of killed saves and rotations. A rotated-out
+    Holds ``root``'s writer lock; on the first save under it (and after a failed save)
+    first puts back a checkpoint whose replacement was killed and removes the leftovers of
+    killed saves and rotations: while the lock is held no other writer leaves any, so later
+    saves do not read the directory again (with ``keep_last=None`` they read no
+    checkpoint at all; before, each save re-read every one). A rotated-out
     checkpoint is renamed out of ``epoch_*`` before it is deleted. Nothing is saved for
     an epoch that ended the run on a non-finite value (``stop_reason == "nonfinite"``),
     or, with ``on_nonfinite`` other than ``"raise"``, from non-finite weights (a warning
@@ -358,12 +361,23 @@ def _save_and_rotate(trainer: BaseTrainer[Any], root: Path) -> Path | None:
             raise
         warnings.warn(str(exc), stacklevel=4)
         return None
-    for entry in list(root.iterdir()):
-        for prefix in (TMP, OLD):
-            if entry.name.startswith(prefix):
-                recover(root / entry.name[len(prefix) :].rpartition("-")[0])
-    clean_leftovers(root, owned=True)
-    path = save_checkpoint(trainer, root / f"{_PERIODIC_PREFIX}{trainer.state.epoch:06d}")
+    lock = trainer._checkpoint_lock
+    if lock is None or not lock.swept:  # what killed writers left, once per lock taken
+        for entry in list(root.iterdir()):
+            for prefix in (TMP, OLD):
+                if entry.name.startswith(prefix):
+                    recover(root / entry.name[len(prefix) :].rpartition("-")[0])
+        clean_leftovers(root, owned=True)
+        if lock is not None:
+            lock.swept = True
+    try:
+        path = save_checkpoint(trainer, root / f"{_PERIODIC_PREFIX}{trainer.state.epoch:06d}")
+    except BaseException:
+        if lock is not None:
+            lock.swept = False  # a failed save may leave a partial copy: clean it next time
+        raise
+    if trainer.params.keep_last is None:  # all are kept: no need to read them
+        return path
     found = find_checkpoints(root)
     keep = set(found if trainer.params.keep_last is None else found[-trainer.params.keep_last :])
     if trainer.params.keep_best:
