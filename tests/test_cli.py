@@ -241,14 +241,23 @@ def test_a_directory_under_a_file_exits_2_with_one_line_naming_the_option(
     assert f"{option} '{tmp_path / 'file' / 'x'}' is under" in err
 
 
+SHORT = ["--algo", "ppo", "--step-per-epoch", "64", "--set", "step_per_collect=64"]
+
+
+def one_epoch_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[list[str], Path]:
+    """The quiet options logging to ``tmp_path`` and the run directory of a 1-epoch run."""
+    quiet = ["--logdir", str(tmp_path), "--no-progress", "--quiet"]
+    assert main(["train", *SHORT, "--max-epoch", "1", *quiet]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    capsys.readouterr()
+    return quiet, run_dir
+
+
 def test_a_warning_is_one_line_for_the_user_of_a_command(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    short = ["--algo", "ppo", "--step-per-epoch", "64", "--set", "step_per_collect=64"]
-    quiet = ["--logdir", str(tmp_path), "--no-progress", "--quiet"]
-    assert main(["train", *short, "--max-epoch", "1", *quiet]) == 0
-    (run_dir,) = tmp_path.iterdir()
-    capsys.readouterr()
+    quiet, run_dir = one_epoch_run(tmp_path, capsys)
+    short = SHORT
     # resuming with more epochs warns that a setting changed
     assert main(["train", *short, "--max-epoch", "2", *quiet, "--resume", str(run_dir)]) == 0
     err = capsys.readouterr().err
@@ -259,11 +268,7 @@ def test_a_warning_is_one_line_for_the_user_of_a_command(
 def test_resuming_with_a_changed_setting_names_the_flags_to_drop(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    short = ["--algo", "ppo", "--step-per-epoch", "64", "--set", "step_per_collect=64"]
-    quiet = ["--logdir", str(tmp_path), "--no-progress", "--quiet"]
-    assert main(["train", *short, "--max-epoch", "1", *quiet]) == 0
-    (run_dir,) = tmp_path.iterdir()
-    capsys.readouterr()
+    quiet, run_dir = one_epoch_run(tmp_path, capsys)
     changed = ["--algo", "ppo", "--step-per-epoch", "128", "--set", "lr=5e-4"]
     assert main(["train", *changed, "--max-epoch", "2", *quiet, "--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err

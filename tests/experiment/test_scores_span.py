@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from epochtrain.experiment import carry_forward, run_score
 from epochtrain.experiment.report import build_report
 from epochtrain.experiment.results import Experiment, RunResult
+from tests.experiment.test_report import drawn_curves
 
 ENV = "CartPole-v1"
 
@@ -97,16 +97,7 @@ def test_the_drawn_curve_of_an_algorithm_whose_runs_all_solved_spans_the_other_a
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("matplotlib", reason="the figures need the optional extra epochtrain[plot]")
-    from epochtrain.experiment import plots
-
-    seen: list[Any] = []
-    draw = plots.plot_sample_efficiency
-
-    def record(curves: Any, **kwargs: Any) -> Any:
-        seen.append(curves)
-        return draw(curves, **kwargs)
-
-    monkeypatch.setattr(plots, "plot_sample_efficiency", record)
+    seen = drawn_curves(monkeypatch)
     text = build_report(
         solved_vs_levelled(),
         score="auc",
