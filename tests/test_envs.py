@@ -185,3 +185,16 @@ def test_on_policy_algorithms_train_on_envpool(algo: str) -> None:
     with make_trainer(algo, "CartPole-v1", env_backend="envpool", max_epoch=2, **settings) as t:
         info = t.run()
     assert info.env_step >= 512 and info.gradient_step > 0
+
+
+def test_envpool_builds_and_resets_without_warnings() -> None:
+    """EnvPool's float64 Box bounds made gymnasium warn at every build and seeded reset."""
+    pytest.importorskip("envpool", reason="the envpool extra is not installed")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        envs = make_envs("CartPole-v1", 2, backend="envpool")
+        envs.reset(seed=3)
+        envs.step(np.zeros(2, dtype=np.int64))
+        envs.close()

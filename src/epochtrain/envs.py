@@ -12,7 +12,10 @@ either into the same transitions and ``CollectStats``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import warnings
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -88,6 +91,15 @@ class MissingEnvDependencyError(ImportError):
     """An env needs a package that is not installed; the message names the pip command."""
 
 
+@contextlib.contextmanager
+def _float64_bounds_quiet() -> Iterator[None]:
+    """Without gymnasium's warning, at each read of an EnvPool pool's spaces, that a float32
+    Box was given float64 bounds (EnvPool builds them so; harmless)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*precision lowered by casting")
+        yield
+
+
 class EnvPoolVectorEnv(gym.vector.VectorEnv[Any, Any, Any]):
     """An EnvPool pool as a gymnasium ``VectorEnv`` with NEXT_STEP autoreset.
 
@@ -119,8 +131,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv[Any, Any, Any]):
         self.num_envs = num_envs
         self._limit = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         self._pool: Any = self._build(seed)
-        self.single_observation_space = self._pool.observation_space
-        self.single_action_space = self._pool.action_space
+        with _float64_bounds_quiet():
+            self.single_observation_space = self._pool.observation_space
+            self.single_action_space = self._pool.action_space
         self.observation_space = gym.vector.utils.batch_space(
             self.single_observation_space, num_envs
         )
@@ -140,7 +153,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv[Any, Any, Any]):
         if seed is not None:
             self._pool.close()
             self._pool = self._build(int(seed if isinstance(seed, int) else seed[0]))
-        obs, info = self._pool.reset()
+        with _float64_bounds_quiet():  # the pool's reset reads its spaces again
+            obs, info = self._pool.reset()
         return obs, dict(info)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
