@@ -223,3 +223,24 @@ def test_an_interrupted_trim_leaves_the_event_file_as_it_was(
         TensorboardLogger(tmp_path).load_state_dict(state)
     assert path.read_bytes() == original
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left
+
+
+def test_a_logger_dropped_unclosed_ends_its_writer_thread_and_keeps_its_points(
+    tmp_path: Path,
+) -> None:
+    import gc
+    import threading
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    before = threading.active_count()
+    for i in range(3):
+        logger = TensorboardLogger(tmp_path / str(i))
+        logger.write("train", 1, {"train/x": float(i)})
+        del logger  # never closed, as a trainer a script forgot to close
+    gc.collect()
+    assert threading.active_count() == before
+    for i in range(3):
+        events = EventAccumulator(str(tmp_path / str(i)))
+        events.Reload()
+        assert [e.value for e in events.Scalars("train/x")] == [float(i)]

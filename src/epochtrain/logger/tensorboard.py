@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -87,6 +88,8 @@ class TensorboardLogger(BaseLogger):
                 max_queue=self._max_queue,
                 flush_secs=self._flush_secs,
             )
+            # a logger dropped unclosed (a trainer never closed) ends its writer's thread
+            weakref.finalize(self, self._writer.close)
         return self._writer
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
