@@ -22,6 +22,7 @@ ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'epoch
 from ray.tune.experiment.trial import _TrialInfo  # noqa: E402
 from ray.tune.result import TRIAL_INFO  # noqa: E402
 
+from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.experiment import grid, run_experiment  # noqa: E402
 from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
 from epochtrain.experiment.prepare import prepare_runs  # noqa: E402
@@ -398,11 +399,14 @@ def test_a_trial_reopening_a_run_counts_the_time_of_its_earlier_sessions(tmp_pat
     run_dir = prepare_runs(specs, tmp_path)[0]
     first = open_trainer(run_dir)
     list(islice(first, 2))  # a driver killed after epoch 2's checkpoint
-    earlier = first.state.total_time
+    earlier = first.state.total_time  # with epoch 2's save, which its checkpoint cannot hold
+    assert first.last_checkpoint is not None
+    saved = read_manifest(first.last_checkpoint)["total_time"]
     first.close()
     del first
     trainable = EpochTrainable({"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial("t"))})
-    assert trainable.trainer.state.epoch == 2 and trainable.wall_time == pytest.approx(earlier)
+    assert trainable.trainer.state.epoch == 2 and trainable.wall_time == pytest.approx(saved)
+    assert 0 < saved <= earlier
     assert trainable.train()["done"] is True
     result = json.loads((run_dir / "result.json").read_text())
     assert result["wall_time"] > earlier
