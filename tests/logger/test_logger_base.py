@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from epochtrain.logger import (
     BaseLogger,
+    JSONLLogger,
     LazyLogger,
     MultiLogger,
     Scope,
@@ -278,3 +281,21 @@ def test_multi_logger_rejects_non_loggers() -> None:
 def test_nan_values_pass_through_flattening() -> None:
     stats = FakePPOStats(smoothed_loss={"loss": float("nan")})
     assert math.isnan(training_stats_to_tags(stats)["update/smoothed/loss"])
+
+
+def test_multilogger_restores_every_logger_even_when_one_refuses(tmp_path: Path) -> None:
+    """A sub-logger that cannot take its state does not leave the later ones unrestored."""
+
+    class Refusing(LazyLogger):
+        def load_state_dict(self, state: Mapping[str, object]) -> None:
+            raise ValueError("not this one")
+
+    saved = MultiLogger(LazyLogger(), JSONLLogger(tmp_path / "log.jsonl"))
+    saved.loggers[1].log_data("train", 10, {"train/x": 1.0})
+    state = saved.state_dict()
+    saved.loggers[1].log_data("train", 20, {"train/x": 2.0})  # past the checkpoint
+    later = JSONLLogger(tmp_path / "log.jsonl")
+    with pytest.raises(ValueError, match="not this one"):
+        MultiLogger(Refusing(), later).load_state_dict(state)
+    assert later.written_step("train") == 10
+    assert [json.loads(line)["step"] for line in later.path.read_text().splitlines()] == [10]

@@ -17,8 +17,9 @@ pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
 
 from mlflow.tracking import MlflowClient
 
+from epochtrain.errors import CheckpointError
 from epochtrain.extras import MissingExtraError
-from epochtrain.logger import MLflowLogger
+from epochtrain.logger import JSONLLogger, LoggerResumeError, MLflowLogger, MultiLogger
 from epochtrain.logger.mlflow import flatten_params
 from epochtrain.stats import InfoStats
 from tests.trainer.tiny import build
@@ -105,6 +106,26 @@ def test_a_resumed_trainer_continues_the_run_and_writes_no_step_twice(tmp_path: 
     artifacts = [a.path for a in client.list_artifacts(logger.run_id, "checkpoints")]
     assert artifacts == ["checkpoints/epoch_2"]
     assert client.get_run(logger.run_id).info.status == "FINISHED"
+
+
+def test_a_resume_into_another_tracking_store_is_refused_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    """Before, it only warned: a new MLflow run held the resumed epochs, and a JSONL logger
+    listed after the MLflow one was neither trimmed nor restored (duplicate steps)."""
+    ckpt = tmp_path / "ckpt"
+    jsonl = tmp_path / "log.jsonl"
+    trainer = build("off", max_epoch=4, logger=MultiLogger(make(tmp_path), JSONLLogger(jsonl)))
+    next(trainer)
+    trainer.save_checkpoint(ckpt)
+    next(trainer)  # logged past the checkpoint, then the process "dies"
+    written = jsonl.read_bytes()
+    elsewhere = MLflowLogger(tracking_uri=f"sqlite:///{tmp_path}/other.db")
+    logger = MultiLogger(elsewhere, JSONLLogger(jsonl))
+    with pytest.raises(CheckpointError, match=r"is not a run of the tracking store .*other\.db"):
+        build("off", max_epoch=4, logger=logger, resume_from=str(ckpt))
+    assert jsonl.read_bytes() == written  # not trimmed: nothing was restored
+    assert isinstance(LoggerResumeError("x"), ValueError)  # the CLI's one-line exit 2
 
 
 def test_a_video_is_stored_as_an_artifact(tmp_path: Path) -> None:

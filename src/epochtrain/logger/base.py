@@ -24,6 +24,7 @@ __all__ = [
     "SCOPES",
     "BaseLogger",
     "LazyLogger",
+    "LoggerResumeError",
     "MultiLogger",
     "Scope",
     "collect_stats_to_tags",
@@ -119,6 +120,12 @@ def video_scope(tag: str) -> Scope:
         if scope == head and "/" in tag:
             return scope
     raise ValueError(f"tag must be '<scope>/<name>' with a scope in {SCOPES}, got {tag!r}")
+
+
+class LoggerResumeError(ValueError):
+    """A logger cannot continue the run a checkpoint's logger state names (an MLflow run
+    that is not in this tracking store): the resume is refused before anything changes,
+    since the resumed records would start a new run beside the old one."""
 
 
 def _check_interval(name: str, value: object) -> int:
@@ -250,6 +257,11 @@ class BaseLogger(Closing, ABC):
         self._last_logged = restored
         self._written = _scope_steps(written, "logger state['written']")
 
+    def check_resume(self, state: Mapping[str, object]) -> None:  # optional: see MLflow
+        """Raise :class:`LoggerResumeError` if this logger cannot continue the run ``state``
+        (a checkpoint's :meth:`state_dict`) was logged to; changes nothing. Called before a
+        checkpoint is restored. Default: every logger can."""
+
     def flush(self) -> None:  # optional: loggers that buffer override it
         """Write anything buffered to its destination now (the trainer calls it per epoch)."""
 
@@ -334,18 +346,39 @@ class MultiLogger(BaseLogger):
         """``{"loggers": [state of each logger, in order]}``."""
         return {"loggers": [logger.state_dict() for logger in self.loggers]}
 
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore each logger from what :meth:`state_dict` returned."""
+    def _sub_states(self, state: Mapping[str, object]) -> list[Mapping[str, object]]:
         states = state.get("loggers")
         if not isinstance(states, list) or len(states) != len(self.loggers):
             raise ValueError(
                 f"MultiLogger state['loggers'] must be a list of {len(self.loggers)} states, "
                 f"got {states!r}"
             )
-        for logger, sub_state in zip(self.loggers, states, strict=True):
+        for sub_state in states:
             if not isinstance(sub_state, Mapping):
                 raise ValueError(f"MultiLogger sub-state must be a mapping, got {sub_state!r}")
-            logger.load_state_dict(sub_state)
+        return states
+
+    def check_resume(self, state: Mapping[str, object]) -> None:
+        """Check each logger against its state (another list of loggers: left to
+        :meth:`load_state_dict`)."""
+        try:
+            states = self._sub_states(state)
+        except ValueError:
+            return
+        for logger, sub_state in zip(self.loggers, states, strict=True):
+            logger.check_resume(sub_state)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore each logger from what :meth:`state_dict` returned; one that fails does not
+        keep the others from being restored (the first error is raised after them)."""
+        first: Exception | None = None
+        for logger, sub_state in zip(self.loggers, self._sub_states(state), strict=True):
+            try:
+                logger.load_state_dict(sub_state)
+            except (ValueError, KeyError, TypeError) as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def flush(self) -> None:
         """Flush every logger."""

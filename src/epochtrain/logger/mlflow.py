@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from epochtrain.extras import require
-from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
+from epochtrain.logger.base import SCOPES, BaseLogger, LoggerResumeError, Scope, video_scope
 
 __all__ = ["MLflowLogger", "flatten_params"]
 
@@ -156,13 +156,7 @@ class MLflowLogger(BaseLogger):
         """Mark ``run_id`` running again and read how far each scope got."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"run_id must be a non-empty str (an MLflow run id), got {run_id!r}")
-        try:
-            run = self.client.get_run(run_id)
-        except self._exceptions.MlflowException as exc:  # no such run in this store
-            raise ValueError(
-                f"run_id {run_id!r} is not a run of the tracking store "
-                f"{self.client.tracking_uri!r} ({exc}): pass the tracking_uri it was logged to"
-            ) from exc
+        run = self._get_run(run_id)
         self.client.update_run(run_id, status="RUNNING")
         for key in run.data.metrics:
             scope = key.split("/", 1)[0]
@@ -190,6 +184,22 @@ class MLflowLogger(BaseLogger):
         scope = video_scope(tag)
         self.client.log_artifact(self.run_id, os.fspath(path), artifact_path=tag)
         self._mark_written(scope, step)
+
+    def _get_run(self, run_id: str) -> Any:
+        try:
+            return self.client.get_run(run_id)
+        except self._exceptions.MlflowException as exc:  # no such run in this store
+            raise LoggerResumeError(
+                f"run_id {run_id!r} is not a run of the tracking store "
+                f"{self.client.tracking_uri!r} ({exc}): pass the tracking_uri it was logged to"
+            ) from exc
+
+    def check_resume(self, state: Mapping[str, object]) -> None:
+        """Raise :class:`LoggerResumeError` unless the checkpoint's ``"mlflow_run_id"`` is a
+        run of this tracking store (a resume would otherwise start a new MLflow run)."""
+        run_id = state.get("mlflow_run_id")
+        if isinstance(run_id, str) and run_id and self._run_id is None:
+            self._get_run(run_id)
 
     def state_dict(self) -> dict[str, object]:
         """The positions of :meth:`BaseLogger.state_dict` and ``"mlflow_run_id"``."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from epochtrain.logger import LoggerResumeError
 from epochtrain.stats import MovAvg, RunState
 
 if TYPE_CHECKING:
@@ -167,6 +168,8 @@ def check_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> 
         if isinstance(counters[name], bool) or not isinstance(counters[name], int):
             raise ValueError(f"the counter {name!r} is {counters[name]!r}, not an int")
     check_policy_state(trainer.policy, state["policy"])
+    if isinstance(state.get("logger"), Mapping):
+        trainer.logger.check_resume(state["logger"])  # a LoggerResumeError refuses it all
     test = trainer.test_collector
     if test is not None and state["test_collector"] is not None:
         test.check_state_dict(state["test_collector"])
@@ -224,6 +227,8 @@ def load_logger_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> No
     """Restore the logger's position; last, because file loggers rewrite their files."""
     try:
         trainer.logger.load_state_dict(state["logger"])
+    except LoggerResumeError:
+        raise
     except (ValueError, KeyError, TypeError) as exc:
         warnings.warn(
             f"the logger position was not restored ({exc}): this trainer's logger differs "
