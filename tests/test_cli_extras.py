@@ -99,3 +99,21 @@ def test_an_env_missing_its_package_exits_2_with_the_pip_command(
     assert main(["train", "--algo", "ppo", "--env", "LunarLander-v3", "--logdir", ""]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "gymnasium[box2d]" in err
+
+
+def test_collect_to_minari_reports_the_steps_the_dataset_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("minari", reason="the minari extra is not installed")
+    import minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    # an env id of the module form, as gymnasium.make takes it
+    env = "gymnasium.envs.classic_control:CartPole-v1"
+    argv = ["collect", "--env", env, "--random", "--steps", "301", "--num-envs", "2"]
+    assert main([*argv, "--format", "minari", "--out", "cartpole/random-v0"]) == 0
+    out = capsys.readouterr().out
+    dataset = minari.load_dataset("cartpole/random-v0")
+    assert 0 < dataset.total_steps < 301  # the episodes still running were left out
+    assert f"the dataset holds {dataset.total_steps} steps" in out
+    assert f"({dataset.total_episodes} complete episodes" in out

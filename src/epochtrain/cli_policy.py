@@ -353,6 +353,7 @@ def run_collect(args: argparse.Namespace) -> int:
                     description=f"recorded by `epochtrain collect` from {description}",
                 )
             where = str(path)
+            summary = _minari_summary(args.out, info.n_steps)
         except refused as exc:
             return _failed(exc)
         finally:
@@ -363,8 +364,26 @@ def run_collect(args: argparse.Namespace) -> int:
                 "that is shared",
                 stacklevel=1,
             )
+        print(f"{summary} to {where}")
+        return 0
     print(
         f"Recorded {info.n_steps} env steps ({info.n_episodes} episodes, return "
         f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {where}"
     )
     return 0
+
+
+def _minari_summary(dataset_id: str, recorded_steps: int) -> str:
+    """What the Minari dataset just written holds (its complete episodes only), beside the
+    env steps recorded."""
+    from epochtrain.extras import require
+
+    dataset = require("minari", extra="minari").load_dataset(dataset_id, download=False)
+    meta = dataset.storage.metadata
+    dropped = recorded_steps - dataset.total_steps
+    return (
+        f"Recorded {recorded_steps} env steps; the dataset holds {dataset.total_steps} steps "
+        f"({dataset.total_episodes} complete episodes, return "
+        f"{meta['recording_returns_mean']:.1f} ± {meta['recording_returns_std']:.1f}"
+        + (f"; {dropped} steps of unfinished episodes left out)" if dropped else ")")
+    )

@@ -72,7 +72,7 @@ def _broken(change: str) -> Any:
         ("missing size", r"lacks the entries \['size'\]"),
         ("cursor past the rows", r"cursor=5 is not in \[0, 4\]"),
         ("cursor a bool", r"cursor=True is not in \[0, 4\]"),
-        ("storage without rew", "storage lacks fields of"),
+        ("storage without rew", r"storage lacks the fields \['rew'\]"),
         ("act of 3 envs", r"fields \['act'\] are not shaped \(2 or 4, 2, ...\)"),
         ("an extra field", "filled by another algorithm"),
     ],
@@ -144,3 +144,66 @@ def test_make_trainer_refuses_a_buffer_too_large_before_any_work_and_closes_its_
 def test_the_memory_available_is_read_from_the_system() -> None:
     available = buffer_storage.available_memory()
     assert available is None or 0 < available < 1 << 50
+
+
+def _foreign(change: str) -> dict[str, Any]:
+    state = _state()
+    storage = state["storage"]
+    if change == "no obs_next":
+        del storage["obs_next"]
+    elif change == "no obs":
+        del storage["obs"]
+    elif change == "numpy arrays":
+        state["storage"] = {k: v.numpy() for k, v in storage.items()}
+    elif change == "obs_next of another shape":
+        storage["obs_next"] = storage["obs_next"][..., :2].clone()
+    elif change == "rew per env and more":
+        storage["rew"] = storage["rew"][..., None].expand(-1, -1, 3).clone()
+    elif change == "terminated of 0.5":
+        storage["terminated"] = torch.full(storage["terminated"].shape, 0.5)
+    elif change == "valid of 2":
+        storage["valid"] = torch.full(storage["valid"].shape, 2, dtype=torch.int64)
+    return state
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("no obs_next", r"lacks the fields \['obs_next'\].*ReplayBuffer\.save"),
+        ("no obs", r"lacks the fields \['obs'\]"),
+        ("numpy arrays", r"field 'obs' is a ndarray, not a torch\.Tensor.*torch\.from_numpy"),
+        ("obs_next of another shape", r"field 'obs_next' has entries of shape \(2,\), the "),
+        ("rew per env and more", r"field 'rew' has shape \(2, 2, 3\), not \(rows, num_envs\)"),
+        ("terminated of 0.5", r"field 'terminated' has dtype torch\.float32 and values other"),
+        ("valid of 2", r"field 'valid' has dtype torch\.int64 and values other than 0 and 1"),
+    ],
+)
+def test_a_foreign_buffer_file_is_refused_at_load_naming_the_file_and_field(
+    tmp_path: Path, change: str, message: str
+) -> None:
+    path = tmp_path / "foreign.buf"
+    torch.save(_foreign(change), path)
+    with pytest.raises(CheckpointError, match=rf"foreign\.buf' is malformed: .*{message}"):
+        ReplayBuffer.load(path)
+
+
+def test_flags_stored_as_0_1_numbers_load_as_bool(tmp_path: Path) -> None:
+    state = _state()
+    state["storage"]["terminated"][1, 0] = True
+    state["storage"]["terminated"] = state["storage"]["terminated"].float()  # D4RL's terminals
+    state["storage"]["valid"] = state["storage"]["valid"].to(torch.uint8)
+    torch.save(state, tmp_path / "floats.buf")
+    loaded = ReplayBuffer.load(tmp_path / "floats.buf")
+    rollout = loaded.rollout()
+    assert rollout.terminated.dtype == torch.bool and rollout.terminated.tolist() == [
+        [False, False],
+        [True, False],
+    ]
+    assert loaded.n_valid == 4
+
+
+def test_a_state_with_number_flags_is_refused_by_load_state_dict() -> None:
+    state = _state()
+    state["storage"]["truncated"] = state["storage"]["truncated"].float()
+    with pytest.raises(ValueError, match=r"field 'truncated' has dtype torch\.float32, not torch"):
+        ReplayBuffer(8, 2).load_state_dict(state)

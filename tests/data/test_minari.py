@@ -128,3 +128,30 @@ def test_without_minari_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "minari", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'epochtrain\[minari\]'"):
         ReplayBuffer.from_minari("cartpole/random-v0")
+
+
+def test_an_env_id_of_the_module_form_is_written_under_its_registered_id() -> None:
+    # "module:Env-vN" is what gymnasium.make takes; Minari's gym.spec does not import module
+    buffer = recorded(AutoresetMode.SAME_STEP)
+    write_minari(buffer, "cartpole/module-v0", "gymnasium.envs.classic_control:CartPole-v1")
+    spec = minari.load_dataset("cartpole/module-v0").spec.env_spec
+    assert spec is not None and spec.id == "CartPole-v1"
+
+
+def test_a_failed_write_leaves_no_partial_dataset_so_a_rerun_works(
+    datasets_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buffer = recorded(AutoresetMode.SAME_STEP)
+    create = minari.create_dataset_from_buffers
+
+    def fail_midway(dataset_id: str, *args: Any, **kwargs: Any) -> Any:
+        (datasets_path / dataset_id / "data").mkdir(parents=True)  # as Minari does first
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(minari, "create_dataset_from_buffers", fail_midway)
+    with pytest.raises(OSError, match="No space left"):
+        write_minari(buffer, "cartpole/random-v0", "CartPole-v1")
+    assert not (datasets_path / "cartpole" / "random-v0").exists()
+    monkeypatch.setattr(minari, "create_dataset_from_buffers", create)
+    write_minari(buffer, "cartpole/random-v0", "CartPole-v1")
+    assert minari.load_dataset("cartpole/random-v0").total_episodes > 0

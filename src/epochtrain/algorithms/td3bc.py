@@ -96,6 +96,11 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
         **overrides: object,
     ) -> None:
         cfg = resolve_config(TD3BCConfig, config, overrides)
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(
+                f"td3bc is for continuous actions (a gymnasium.spaces.Box), got action_space "
+                f"{action_space!r}: for Discrete actions use bc or cql"
+            )
         super().__init__(
             observation_space,
             action_space,

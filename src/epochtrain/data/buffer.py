@@ -26,6 +26,7 @@ from epochtrain.data.buffer_storage import (
     check_memory,
     check_n_step,
     check_state,
+    flags_as_bool,
     flat_views,
     gather,
     numpy_views,
@@ -69,6 +70,9 @@ class ReplayBuffer:
         self.num_envs = num_envs
         self.rows = capacity // num_envs
         self.device = torch.device(device)
+        self.source: str | None = None
+        """Where the transitions came from (the file of :meth:`load`, ``minari:<id>`` of
+        :meth:`from_minari`), named in errors about the data; None for a buffer filled here."""
         self._cursor = 0  # next time row to write
         self._size = 0  # filled time rows
         self._n_invalid = 0
@@ -203,6 +207,19 @@ class ReplayBuffer:
     def n_valid(self) -> int:
         """Number of stored transitions that can be sampled."""
         return len(self) - self._n_invalid
+
+    def valid_values(self, field: str) -> Tensor:
+        """The values of a tensor field (``"act"``, ``"rew"``, ...) at every valid stored
+        transition, ``[n_valid, ...]``, in storage order (a copy of that field only), e.g. to
+        check a dataset's actions once."""
+        if self._storage is None or self._size == 0:
+            return torch.zeros(0)
+        values = self._storage[field]
+        if not isinstance(values, Tensor):
+            raise ValueError(f"field {field!r} is a dict of tensors: pass one of its tensors")
+        size = self._size
+        result: Tensor = values[:size][self._storage["valid"][:size]]
+        return result
 
     def _batch(self, fn: Any) -> Batch:
         assert self._storage is not None
@@ -469,11 +486,13 @@ class ReplayBuffer:
         """
         state = read_state_file(path)
         try:
+            state = flags_as_bool(state)  # 0/1 numbers (D4RL's float terminals) lose nothing
             buf = cls(state["capacity"], state["num_envs"], device=device)
             buf.check_state_dict(state)
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"buffer file {str(path)!r} is malformed: {exc}") from exc
         buf._load_state(state, copy=False)  # the loaded tensors are ours alone
+        buf.source = os.fspath(path)
         return buf
 
     @classmethod

@@ -33,6 +33,7 @@ __all__ = [
     "check_spaces_memory",
     "check_state",
     "first_shape",
+    "flags_as_bool",
     "flat_views",
     "gather",
     "numpy_views",
@@ -220,8 +221,19 @@ def check_state(state: Any, *, capacity: int, num_envs: int, fields: set[str] | 
     storage = state["storage"]
     if storage is None:
         return
-    if not isinstance(storage, dict) or not set(FIXED_FIELDS) <= set(storage):
-        raise ValueError(f"the buffer state's storage lacks fields of {list(FIXED_FIELDS)}")
+    required = ("obs", "obs_next", *FIXED_FIELDS)
+    if not isinstance(storage, dict):
+        raise ValueError(
+            f"the buffer state's storage is a {type(storage).__name__}, not a dict of the "
+            f"fields {list(required)}"
+        )
+    lacking = [k for k in required if k not in storage]
+    if lacking:
+        raise ValueError(
+            f"the buffer state's storage lacks the fields {lacking}: a buffer holds every "
+            f"one of {list(required)} (write it with ReplayBuffer.save)"
+        )
+    _check_field_types(storage)
     size = state["size"]
     bad = [
         k
@@ -232,11 +244,89 @@ def check_state(state: Any, *, capacity: int, num_envs: int, fields: set[str] | 
         raise ValueError(
             f"buffer state fields {sorted(bad)} are not shaped ({size} or {rows}, {num_envs}, ...)"
         )
+    _check_field_shapes(storage)
     if fields is not None and set(storage) != fields:
         raise ValueError(
             f"the buffer state holds the fields {sorted(storage)}, this buffer "
             f"{sorted(fields)}: it was filled by another algorithm"
         )
+
+
+FLAG_FIELDS = ("terminated", "truncated", "valid")
+"""The boolean ``[rows, num_envs]`` fields."""
+
+
+def _check_field_types(storage: dict[str, Any]) -> None:
+    """Every stored field is a tensor (a dict of them for dict observations); the flags
+    are bool."""
+
+    def leaves(name: str, value: object) -> list[tuple[str, object]]:
+        if isinstance(value, dict) and name in ("obs", "obs_next"):
+            return [pair for k, v in value.items() for pair in leaves(f"{name}.{k}", v)]
+        return [(name, value)]
+
+    for name, value in (pair for k, v in storage.items() for pair in leaves(k, v)):
+        if not isinstance(value, Tensor):
+            raise ValueError(
+                f"the buffer state's field {name!r} is a {type(value).__name__}, not a "
+                "torch.Tensor: store every field as a tensor (torch.from_numpy)"
+            )
+    for name in FLAG_FIELDS:
+        if storage[name].dtype != torch.bool:
+            raise ValueError(
+                f"the buffer state's field {name!r} has dtype {storage[name].dtype}, not "
+                "torch.bool: store it as a bool tensor (e.g. `flag != 0` of a 0/1 column)"
+            )
+
+
+def _check_field_shapes(storage: dict[str, Any]) -> None:
+    """``rew`` and the flags are ``[rows, num_envs]``; ``obs_next`` is shaped as ``obs``."""
+    for name in ("rew", *FLAG_FIELDS):
+        if storage[name].dim() != 2:
+            raise ValueError(
+                f"the buffer state's field {name!r} has shape {tuple(storage[name].shape)}, "
+                "not (rows, num_envs): one value per transition"
+            )
+    obs, obs_next = storage["obs"], storage["obs_next"]
+    if isinstance(obs, dict) != isinstance(obs_next, dict) or (
+        isinstance(obs, dict) and set(obs) != set(obs_next)
+    ):
+        raise ValueError(
+            "the buffer state's fields 'obs' and 'obs_next' are not alike (a dict of the same "
+            "keys, or both tensors): obs_next holds the next observation of each transition"
+        )
+    pairs = (
+        [(k, obs[k], obs_next[k]) for k in obs] if isinstance(obs, dict) else [("", obs, obs_next)]
+    )
+    for key, now, after in pairs:
+        if now.shape[2:] != after.shape[2:]:
+            name = f"obs_next.{key}" if key else "obs_next"
+            raise ValueError(
+                f"the buffer state's field {name!r} has entries of shape "
+                f"{tuple(after.shape[2:])}, the observations {tuple(now.shape[2:])}: "
+                "obs_next holds the next observation of each transition, shaped as obs"
+            )
+
+
+def flags_as_bool(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with its ``terminated``, ``truncated`` and ``valid`` columns as bool where
+    they were stored as 0/1 numbers (D4RL-style float terminals); ``ValueError`` naming
+    the field if one holds another value. Anything else is left to :func:`check_state`."""
+    storage = state.get("storage")
+    if not isinstance(storage, dict):
+        return state
+    converted = dict(storage)
+    for name in FLAG_FIELDS:
+        value = storage.get(name)
+        if not isinstance(value, Tensor) or value.dtype == torch.bool:
+            continue
+        if value.is_complex() or not bool(((value == 0) | (value == 1)).all()):
+            raise ValueError(
+                f"the buffer state's field {name!r} has dtype {value.dtype} and values other "
+                "than 0 and 1: store it as a bool tensor (True where the flag is set)"
+            )
+        converted[name] = value != 0
+    return {**state, "storage": converted}
 
 
 def write_state_file(state: dict[str, Any], path: str | os.PathLike[str]) -> None:

@@ -20,11 +20,14 @@ storage format, HDF5, also needs ``h5py``: ``pip install 'minari[hdf5]'``).
 
 from __future__ import annotations
 
+import importlib
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -111,6 +114,7 @@ def load_minari_buffer(dataset: Any, *, device: str | torch.device = "cpu") -> R
     state["storage"] = {key: column(key, like) for key, like in template.items()}
     state.update(cursor=0, size=steps, n_invalid=0)
     buffer.load_state_dict(state)
+    buffer.source = f"minari:{data.spec.dataset_id}"
     return buffer
 
 
@@ -219,21 +223,43 @@ def write_minari(
             "buffer_or_path holds no complete episode (no terminated or truncated step): "
             "record until at least one episode ends"
         )
+    spec = _env_spec(env_id)
     buffers = [episode_buffer.EpisodeBuffer(id=i, infos={}, **ep) for i, ep in enumerate(episodes)]
-    dataset = minari.create_dataset_from_buffers(
-        dataset_id,
-        buffers,
-        env=env_id,
-        eval_env=env_id,
-        algorithm_name=algorithm_name,
-        author=author,
-        author_email=author_email,
-        code_permalink=code_permalink,
-        description=description,
-        data_format=data_format,
-    )
-    dataset.storage.update_metadata(_returns_metadata([ep["rewards"] for ep in episodes]))
-    return Path(dataset.storage.data_path).parent
+    directory = Path(minari.storage.get_dataset_path(dataset_id))
+    try:
+        dataset = minari.create_dataset_from_buffers(
+            dataset_id,
+            buffers,
+            env=spec,
+            eval_env=spec,
+            algorithm_name=algorithm_name,
+            author=author,
+            author_email=author_email,
+            code_permalink=code_permalink,
+            description=description,
+            data_format=data_format,
+        )
+        dataset.storage.update_metadata(_returns_metadata([ep["rewards"] for ep in episodes]))
+    except BaseException:
+        # check_new_dataset_id found no dataset there: what is there now is Minari's
+        # partial write, which would make a rerun fail ("already exists", "misconfigured")
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return directory
+
+
+def _env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``; ``"module:Env-vN"`` imports ``module`` first, as
+    ``gymnasium.make`` does (Minari's ``gym.spec`` would not); ``ValueError`` if unknown."""
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id must be a gymnasium id such as 'CartPole-v1', got {env_id!r}")
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)  # registers its envs
+    try:
+        return gym.spec(name)
+    except gym.error.Error as exc:
+        raise ValueError(f"env_id {env_id!r} is not a registered gymnasium env: {exc}") from exc
 
 
 def _returns_metadata(rewards: Sequence[np.ndarray]) -> dict[str, float | int]:

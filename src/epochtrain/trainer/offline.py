@@ -9,6 +9,7 @@ resume onto other data is refused.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -26,14 +27,24 @@ __all__ = ["OfflineTrainer", "check_dataset_spaces"]
 
 
 def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
-    """The dataset's observation and action shapes must fit the policy's spaces."""
+    """The dataset's observations and actions must fit the policy's spaces: shapes (and
+    dict vs array observations) from one transition, then the actions of every valid
+    transition in one vectorised pass (Discrete: integers in range, refused; Box: outside
+    the bounds, a warning)."""
     first = buffer.get(torch.zeros(1, dtype=torch.long))
     obs_space, act_space = policy.observation_space, policy.action_space
+    name = "the dataset" if buffer.source is None else f"the dataset {buffer.source!r}"
+    if isinstance(first.obs, dict) != isinstance(obs_space, gym.spaces.Dict):
+        kind = "a dict" if isinstance(first.obs, dict) else "an array"
+        raise ValueError(
+            f"{name} holds {kind} observation per transition, the policy's observation "
+            f"space is {obs_space}: use a dataset recorded on the policy's env"
+        )
     if isinstance(first.obs, torch.Tensor) and obs_space.shape is not None:
         shape = tuple(first.obs.shape[1:])
         if shape != tuple(obs_space.shape):
             raise ValueError(
-                f"the dataset's observations have shape {shape}, the policy's observation "
+                f"{name}'s observations have shape {shape}, the policy's observation "
                 f"space is {obs_space}: use a dataset recorded on the policy's env"
             )
     if isinstance(act_space, gym.spaces.Discrete):
@@ -43,8 +54,43 @@ def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
     shape = tuple(first.act.shape[1:])
     if shape != expected:
         raise ValueError(
-            f"the dataset's actions have shape {shape}, the policy's action space is "
+            f"{name}'s actions have shape {shape}, the policy's action space is "
             f"{act_space}: use a dataset recorded on the policy's env"
+        )
+    if isinstance(act_space, gym.spaces.Discrete):
+        _check_discrete_actions(buffer.valid_values("act"), act_space, name)
+    elif isinstance(act_space, gym.spaces.Box):
+        _warn_box_actions(buffer.valid_values("act"), act_space, name)
+
+
+def _check_discrete_actions(act: torch.Tensor, space: gym.spaces.Discrete, name: str) -> None:
+    low, high = 0, int(space.n)  # buffers hold the policy's index (data.actions), not start+i
+    bad = (act < low) | (act >= high)
+    if act.is_floating_point():
+        bad |= act != act.round()  # a fraction, a nan (nan != nan) or an inf
+    n_bad = int(bad.sum())
+    if n_bad:
+        values = ", ".join(f"{v:.4g}" for v in torch.unique(act[bad])[:5].tolist())
+        raise ValueError(
+            f"{name} holds {n_bad} of {act.numel()} actions that are not integers in "
+            f"[{low}, {high}) (e.g. {values}), the policy's action space is {space}: use a "
+            "dataset recorded on the policy's env, or map its actions into the space"
+        )
+
+
+def _warn_box_actions(act: torch.Tensor, space: gym.spaces.Box, name: str) -> None:
+    low = torch.as_tensor(space.low, dtype=act.dtype if act.is_floating_point() else None)
+    high = torch.as_tensor(space.high, dtype=low.dtype)
+    outside = ((act < low) | (act > high)).flatten(1).any(dim=1)
+    n_outside = int(outside.sum())
+    if n_outside:
+        seen = act[outside]
+        warnings.warn(
+            f"{name} holds {n_outside} of {len(act)} actions outside the policy's action "
+            f"space {space} (they range over [{float(seen.min()):.3g}, "
+            f"{float(seen.max()):.3g}]): they are learnt as they are; clip them to the "
+            "bounds if they should not be",
+            stacklevel=3,
         )
 
 
