@@ -133,6 +133,25 @@ def test_a_video_is_logged_as_a_wandb_video_at_its_env_step(tmp_path: Path) -> N
     assert logger.written_step("test") == 1000
 
 
+def test_a_resumed_logger_skips_a_video_at_a_step_the_run_has(tmp_path: Path) -> None:
+    """Before, the re-run epoch's video was logged a second time (scalars were not)."""
+    video = tmp_path / "clip.mp4"
+    video.write_bytes(MP4)
+    first = make(tmp_path)
+    first.log_data("test", 500, {"test/returns_stat/mean": 1.0})
+    state = first.state_dict()
+    first.log_data("test", 1000, {"test/returns_stat/mean": 2.0})
+    first.log_video(video, 1000)  # logged, then the process "dies"
+    first.close()
+    runs(tmp_path)
+    second = make(tmp_path)
+    second.load_state_dict(state)
+    second.log_video(video, 1000)  # the resumed run's epoch again: W&B has it
+    second.log_video(video, 1500)
+    second.close()
+    assert steps(runs(tmp_path), "test/video") == [1000, 1500]
+
+
 def test_zipped_trainers_log_to_runs_of_their_own(tmp_path: Path) -> None:
     loggers = [make(tmp_path, config={"seed": seed}) for seed in (1, 2)]
     trainers = [

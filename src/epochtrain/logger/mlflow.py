@@ -71,8 +71,10 @@ def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str
 class MLflowLogger(BaseLogger):
     """Log every record to an MLflow run.
 
-    :param tracking_uri: the tracking store, e.g. ``"sqlite:///mlflow.db"``, a directory,
-        or a server ``"http://host:5000"``; ``None``: ``MLFLOW_TRACKING_URI`` or ``./mlruns``.
+    :param tracking_uri: the tracking store, e.g. ``"sqlite:///mlflow.db"`` or a server
+        ``"http://host:5000"`` (MLflow 3 refuses a plain directory unless
+        ``MLFLOW_ALLOW_FILE_STORE=true``); ``None``: ``MLFLOW_TRACKING_URI``, else MLflow's
+        default (``sqlite:///mlflow.db`` in MLflow 3).
     :param experiment_name: experiment holding the run; created if missing.
     :param run_name: display name of the run.
     :param config: the run's settings, e.g. ``spec.to_dict()`` of a ``RunSpec``; logged as

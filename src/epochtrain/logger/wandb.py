@@ -182,10 +182,15 @@ class WandbLogger(BaseLogger):
     def log_video(
         self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
     ) -> None:
-        """Log the mp4 at ``path`` as a ``wandb.Video`` named ``tag`` at ``step``."""
+        """Log the mp4 at ``path`` as a ``wandb.Video`` named ``tag`` at ``step``; a step the
+        resumed run already has is skipped, as for scalars."""
         scope = video_scope(tag)
+        run = self.run  # reads the run's floor on a resume
+        floor = self._floor[scope]
+        if floor is not None and step <= floor:
+            return
         video = self._wandb.Video(os.fspath(path), format=Path(path).suffix.lstrip(".") or "mp4")
-        self.run.log({tag: video, STEP_METRICS[scope]: step})
+        run.log({tag: video, STEP_METRICS[scope]: step})
         self._mark_written(scope, step)
 
     def state_dict(self) -> dict[str, object]:
