@@ -64,7 +64,7 @@ from epochtrain.stats import (
     aggregate_training_stats,
 )
 from epochtrain.trainer.checks import check_arguments, check_env_spaces, check_reset
-from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook
+from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook, claim_hook
 from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settings_of
 from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix, write_line
 from epochtrain.trainer.safety import (
@@ -287,9 +287,14 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             self.policy.optimizer_hooks.append(op)
 
     def register_hook(self, hook: TrainerHook) -> None:
-        """Register ``hook`` (it adds its ops) and keep it, so checkpoints save its state."""
+        """Register ``hook`` (it adds its ops) and keep it, so checkpoints save its state.
+
+        A hook object is registered once, on one trainer: a second registration, here or
+        on another trainer, raises ``ValueError`` (build a new hook object per trainer).
+        """
         if not isinstance(hook, TrainerHook):
             raise TypeError(f"hook must be a TrainerHook, got {hook!r}")
+        claim_hook(hook, self)
         hook.register(self)
         self.hooks.append(hook)
 

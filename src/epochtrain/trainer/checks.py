@@ -127,15 +127,23 @@ def check_objects(
 
 
 def check_hooks(hooks: object) -> list[TrainerHook]:
-    """``hooks`` as a list; each must be a :class:`TrainerHook`."""
+    """``hooks`` as a list; each must be a :class:`TrainerHook`, each object once."""
     if hooks is None:
         return []
     if not isinstance(hooks, Sequence) or isinstance(hooks, str):
         raise TypeError(f"hooks must be a list of TrainerHook objects, got {hooks!r}")
+    first: dict[int, int] = {}  # id(hook) -> its first index
     for i, hook in enumerate(hooks):
         if not isinstance(hook, TrainerHook):
             raise TypeError(
                 f"hooks[{i}] must be a TrainerHook (see epochtrain.trainer.hooks), got {hook!r}"
+            )
+        j = first.setdefault(id(hook), i)
+        if j != i:
+            name = type(hook).__qualname__
+            raise ValueError(
+                f"hooks[{j}] and hooks[{i}] are the same {name} object: its ops would run "
+                f"twice at each point; pass it once (a second hook is a new {name}(...))"
             )
     return list(hooks)
 

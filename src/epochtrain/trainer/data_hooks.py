@@ -75,11 +75,26 @@ class ObservationNormalizer(TrainerHook):
         self.rms = RunningMeanStd()
 
     def register(self, trainer: BaseTrainer[Any]) -> None:
-        """Install the transforms on the training and test collectors."""
+        """Install the transforms on the training and test collectors; a collector that
+        has one already (another ``ObservationNormalizer``'s) is refused."""
         collector = online_collector(trainer, "ObservationNormalizer")
         space = collector.env.single_observation_space
         if not isinstance(space, gym.spaces.Box):
             raise ValueError(f"ObservationNormalizer needs a Box observation space, got {space!r}")
+        for label, target in (
+            ("train_collector", collector),
+            ("test_collector", trainer.test_collector),
+        ):
+            if target is not None and target.obs_transform is not None:
+                installed = getattr(
+                    target.obs_transform, "__qualname__", repr(target.obs_transform)
+                )
+                raise ValueError(
+                    f"ObservationNormalizer: the {label} already has an obs_transform "
+                    f"({installed}), which this one would replace and leave unused: register "
+                    "one ObservationNormalizer per trainer, and build each trainer's "
+                    "collectors anew"
+                )
         self.rms = RunningMeanStd(tuple(space.shape))
         collector.obs_transform = self._train_transform
         if trainer.test_collector is not None:

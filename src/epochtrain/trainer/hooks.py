@@ -32,11 +32,18 @@ current step of its scope (env steps for ``train/``, gradient steps for ``update
 entry ``"log_pbar": True`` also shows its values in the progress bar. The collected-batch
 points (``batch_process``, ``pre_steps_log``, ``post_steps_log``) fire in the online
 trainers only; the offline trainer collects nothing.
+
+:class:`HookTable` checks what each function returns (a non-empty ``Batch`` at a data
+point, a ``dict`` of ``str`` to number or ``None`` at a logging point) and notes on any
+exception a function raises which function and point it was; a hook object is registered
+on one trainer only (:func:`claim_hook`).
 """
 
 from __future__ import annotations
 
+import gc
 import inspect
+import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -53,11 +60,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATA_POINTS",
+    "HOOK_ARGS",
     "HOOK_POINTS",
     "LOG_POINTS",
     "HookOp",
     "HookTable",
     "TrainerHook",
+    "claim_hook",
     "compare_hook_settings",
     "constructor_defaults",
     "constructor_settings",
@@ -66,21 +75,24 @@ __all__ = [
     "online_collector",
 ]
 
-HOOK_POINTS: Final = (
-    "epoch_start",
-    "batch_process",
-    "pre_steps_log",
-    "pre_optim_steps",
-    "process_optim_batch",
-    "optimizer",
-    "post_loss",
-    "post_optim",
-    "post_optim_log",
-    "post_steps",
-    "post_steps_log",
-    "test_end",
-    "epoch_end",
-)
+HOOK_ARGS: Final[dict[str, tuple[str, ...]]] = {
+    "epoch_start": ("epoch",),
+    "batch_process": ("batch",),
+    "pre_steps_log": ("batch",),
+    "pre_optim_steps": (),
+    "process_optim_batch": ("batch",),
+    "optimizer": ("name", "optimizer"),
+    "post_loss": ("stats",),
+    "post_optim": (),
+    "post_optim_log": ("stats",),
+    "post_steps": (),
+    "post_steps_log": ("batch",),
+    "test_end": ("stats",),
+    "epoch_end": ("stats",),
+}
+"""The positional arguments each hook point passes its functions, in loop order."""
+
+HOOK_POINTS: Final = tuple(HOOK_ARGS)
 """Every hook point, in the order the loop reaches them within an epoch."""
 
 DATA_POINTS: Final = ("batch_process", "process_optim_batch")
@@ -100,7 +112,15 @@ class TrainerHook(ABC):
     keep state that affects the run, :meth:`state_dict`, :meth:`load_state_dict` and
     :meth:`reset`; optionally :meth:`resume_settings`, so that a resume with other
     constructor arguments is refused. All state lives on the instance.
+
+    A hook object belongs to one trainer: registering it twice, or on a second trainer,
+    is refused (:func:`claim_hook`).
     """
+
+    _epochtrain_trainer: weakref.ref[BaseTrainer[Any]] | None = None
+    """The trainer this hook is registered on, set by :func:`claim_hook` (a class-level
+    default, so subclasses need not call ``super().__init__()``; weak, so a trainer that
+    is gone releases its hooks)."""
 
     @abstractmethod
     def register(self, trainer: BaseTrainer[Any]) -> None:
@@ -128,17 +148,24 @@ class TrainerHook(ABC):
 
 
 class HookTable:
-    """The functions registered at each hook point, called in registration order."""
+    """The functions registered at each hook point, called in registration order.
+
+    Each function's arity is checked against its point once, when it is added; each call
+    checks only what the function returned (``isinstance``), and an exception raised by a
+    function gets a note naming it and its point.
+    """
 
     def __init__(self) -> None:
         self.ops: dict[str, list[HookOp]] = {point: [] for point in HOOK_POINTS}
 
     def add(self, point: str, op: HookOp) -> None:
-        """Append ``op`` to ``point``; unknown points and non-callables raise."""
+        """Append ``op`` to ``point``; unknown points, non-callables and functions that
+        cannot take the point's arguments raise."""
         if point not in self.ops:
             raise ValueError(f"unknown hook point {point!r}; the points are {list(HOOK_POINTS)}")
         if not callable(op):
             raise TypeError(f"op for hook point {point!r} must be callable, got {op!r}")
+        _check_arity(point, op)
         self.ops[point].append(op)
 
     def __getitem__(self, point: str) -> list[HookOp]:
@@ -147,7 +174,11 @@ class HookTable:
     def call(self, point: str, *args: Any) -> None:
         """Call every op of ``point`` with ``args``."""
         for op in self.ops[point]:
-            op(*args)
+            try:
+                op(*args)
+            except Exception as exc:
+                exc.add_note(_raised_in(op, point))
+                raise
 
     def log(
         self,
@@ -159,21 +190,135 @@ class HookTable:
         *args: Any,
     ) -> None:
         """Call the ops of a logging point; write each dict they return through ``logger``
-        as ``<scope>/<key>`` at ``step``, and put it in ``postfix`` if it asks ``log_pbar``."""
+        as ``<scope>/<key>`` at ``step``, and put it in ``postfix`` if it asks ``log_pbar``.
+
+        An op returns a ``dict`` of ``str`` to number (or ``None``); anything else raises
+        ``TypeError`` naming the op and the point."""
         for op in self.ops[point]:
-            out: Mapping[str, Any] | None = op(*args)
+            try:
+                out = op(*args)
+            except Exception as exc:
+                exc.add_note(_raised_in(op, point))
+                raise
+            if out is None:
+                continue
+            if not isinstance(out, Mapping):
+                raise TypeError(
+                    f"hook op {_op_name(op)} at {point!r} returned {_kind(out)}; a logging "
+                    "point's op returns a dict of str to number (e.g. {'loss': 0.5}) or None"
+                )
             if not out:
                 continue
-            values = {k: float(v) for k, v in out.items() if k != "log_pbar"}
+            values = {k: _log_value(op, point, k, v) for k, v in out.items() if k != "log_pbar"}
             logger.log_data(scope, step, {f"{scope}/{k}": v for k, v in values.items()})
             if out.get("log_pbar", False):
                 postfix.update({k: f"{v:.3g}" for k, v in values.items()})
 
     def process(self, point: str, batch: Batch) -> Batch:
-        """Pass ``batch`` through every op of a data point; returns the last op's batch."""
+        """Pass ``batch`` through every op of a data point; returns the last op's batch.
+
+        Each op must return a ``Batch``, and a non-empty one when it received one; anything
+        else (``None``: a forgotten ``return batch``) raises naming the op and the point."""
         for op in self.ops[point]:
-            batch = op(batch)
+            try:
+                out = op(batch)
+            except Exception as exc:
+                exc.add_note(_raised_in(op, point))
+                raise
+            if not isinstance(out, Batch):
+                raise TypeError(
+                    f"hook op {_op_name(op)} at {point!r} returned {_kind(out)}, not a Batch: "
+                    f"return the Batch ({point!r} learns from what its ops return; "
+                    "return the batch it received to leave it unchanged)"
+                )
+            if out.rew.numel() == 0 and batch.rew.numel() != 0:
+                raise ValueError(
+                    f"hook op {_op_name(op)} at {point!r} returned an empty Batch (shape "
+                    f"{tuple(out.shape)}) for a batch of shape {tuple(batch.shape)}: return "
+                    "the Batch with at least one row"
+                )
+            batch = out
         return batch
+
+
+def _op_name(op: HookOp) -> str:
+    name = getattr(op, "__qualname__", None)
+    return name if isinstance(name, str) else repr(op)
+
+
+def _kind(value: object) -> str:
+    return "None" if value is None else f"a {type(value).__qualname__} ({value!r:.80})"
+
+
+def _raised_in(op: HookOp, point: str) -> str:
+    return f"epochtrain: raised by hook op {_op_name(op)} at hook point {point!r}"
+
+
+def _log_value(op: HookOp, point: str, key: object, value: Any) -> float:
+    """``value`` of a logging dict as a float (numbers, numpy scalars, one-element
+    tensors); ``TypeError`` naming the op, the point and the key otherwise."""
+    number: float | None = None
+    if type(value) is float or type(value) is int:
+        number = float(value)
+    elif not isinstance(value, str | bytes):  # float("1.5") would pass a string
+        try:
+            number = float(value)
+        except (TypeError, ValueError):  # not a number, or a tensor of several elements
+            number = None
+    if number is None or not isinstance(key, str):
+        what = f"the key {key!r}" if not isinstance(key, str) else f"{key!r}: {_kind(value)}"
+        raise TypeError(
+            f"hook op {_op_name(op)} at {point!r} returned a dict holding {what}; a logging "
+            "dict maps str keys to numbers (int, float, or a one-element tensor or array)"
+        )
+    return number
+
+
+def _check_arity(point: str, op: HookOp) -> None:
+    """Refuse ``op`` at ``point`` if it cannot take the point's positional arguments."""
+    try:
+        signature = inspect.signature(op)
+    except (TypeError, ValueError):  # a builtin without a signature: trusted
+        return
+    args = HOOK_ARGS[point]
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        wanted = f"{point}({', '.join(args)})"
+        raise TypeError(
+            f"hook op {_op_name(op)}{signature} cannot be registered at {point!r}: the point "
+            f"calls it as {wanted} ({exc}); give it {len(args)} positional argument"
+            f"{'' if len(args) == 1 else 's'}"
+        ) from None
+
+
+def claim_hook(hook: TrainerHook, trainer: BaseTrainer[Any]) -> None:
+    """Record ``trainer`` as ``hook``'s trainer; refuse a hook registered on it already
+    (its ops would run twice per point) or on another trainer still alive (the two runs
+    would mix one state)."""
+    owner = _owner(hook)
+    name = type(hook).__qualname__
+    if owner is trainer:
+        raise ValueError(
+            f"this {name} hook object is already registered on this trainer: registered "
+            f"twice, its ops would run twice at each point; register it once (hooks=[...] "
+            "or trainer.register_hook, not both), or pass a new hook object"
+        )
+    if owner is not None:
+        gc.collect()  # error path only: a trainer no one holds may wait in a reference cycle
+        owner = _owner(hook)
+    if owner is not None:
+        raise ValueError(
+            f"this {name} hook object is already registered on another trainer "
+            f"({type(owner).__name__}): one hook shared by two trainers mixes their "
+            f"states; build a new hook object for each trainer (hooks=[{name}(...)])"
+        )
+    hook._epochtrain_trainer = weakref.ref(trainer)
+
+
+def _owner(hook: TrainerHook) -> BaseTrainer[Any] | None:
+    ref = hook._epochtrain_trainer
+    return None if ref is None else ref()
 
 
 def constructor_settings(obj: object, *, exclude: Collection[str] = ()) -> dict[str, Any]:

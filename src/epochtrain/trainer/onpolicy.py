@@ -79,6 +79,9 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
             )
         rollout = self.processed_rollout
         if rollout is None:
+            # no collected-batch op is registered, so none was built: an op that returns
+            # no Batch (a forgotten `return batch`) is refused by HookTable.process instead
+            assert not self._ops["batch_process"], "batch_process ops ran but left no rollout"
             rollout = buffer.rollout()
         batch = self.policy.process_rollout(rollout).flatten()
         if batch.valid is not None and not bool(batch.valid.all()):

@@ -23,8 +23,11 @@ import contextlib
 import copy
 import dataclasses
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from epochtrain.data.buffer import BufferMark, ReplayBuffer
 from epochtrain.data.collector import Collector
@@ -32,6 +35,7 @@ from epochtrain.errors import LAST_CHECKPOINT_NOTE, EnvError, NonFiniteError
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
+    from epochtrain.trainer.hooks import TrainerHook
 
 __all__ = [
     "EpochSnapshot",
@@ -107,6 +111,40 @@ def with_run_context(trainer: BaseTrainer[Any], exc: EnvError, env_step: int) ->
     return error
 
 
+def _copy_hook_state(hook: TrainerHook) -> dict[str, Any]:
+    """A deep copy of ``hook.state_dict()``; a tensor in it that is part of an autograd
+    graph (deepcopy refuses those) raises ``TypeError`` naming the hook and the entry."""
+    state = hook.state_dict()
+    try:
+        return copy.deepcopy(state)
+    except RuntimeError as exc:
+        where = _graph_tensor(state, "state_dict()")
+        if where is None:
+            raise
+        raise TypeError(
+            f"{type(hook).__qualname__}.{where} is a tensor that is part of an autograd graph "
+            "(it requires grad and is not a leaf), so the hook's state cannot be copied or "
+            "saved, and it keeps the graph alive: store tensor.detach() in the hook (or return "
+            "it from state_dict)"
+        ) from exc
+
+
+def _graph_tensor(value: object, path: str) -> str | None:
+    """The path of the first non-leaf tensor that requires grad in ``value``, or None."""
+    if isinstance(value, torch.Tensor):
+        return path if value.requires_grad and value.grad_fn is not None else None
+    items: Iterable[tuple[object, object]] = ()
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    for key, item in items:
+        found = _graph_tensor(item, f"{path}[{key!r}]")
+        if found is not None:
+            return found
+    return None
+
+
 @dataclass
 class EpochSnapshot:
     """A trainer's state at the start of an epoch, kept in memory (no buffer copy).
@@ -134,7 +172,7 @@ class EpochSnapshot:
         return cls(
             attrs=attrs,
             policy=copy.deepcopy(trainer.policy.state_dict()),
-            hooks=[copy.deepcopy(hook.state_dict()) for hook in trainer.hooks],
+            hooks=[_copy_hook_state(hook) for hook in trainer.hooks],
             logger=trainer.logger.state_dict(),
             collectors=[(c, c.state_dict(include_env=c.buffer is not None)) for c in collectors],
             buffers=[(c.buffer, c.buffer.mark()) for c in collectors if c.buffer is not None],
