@@ -357,3 +357,26 @@ def test_total_time_counts_logging_and_checkpoint_saves(
     # epoch 1's save counts from epoch 2's record on, and after the run both saves do
     assert stats[1].info_stat.total_time - stats[0].info_stat.total_time >= 0.5
     assert wall - 0.2 <= trainer.state.total_time <= wall
+
+
+def test_a_logger_failing_at_an_epochs_end_costs_neither_its_checkpoint_nor_other_loggers(
+    tmp_path: Path,
+) -> None:
+    """Before, the error skipped the due checkpoint (the next epoch's was written, a gap),
+    and a JSONL logger after the failing one in a MultiLogger lost the record too."""
+    from epochtrain.checkpoint import find_checkpoints
+
+    class ServiceDown(LazyLogger):
+        def log_info_data(self, stats: Any, epoch: int) -> None:
+            if epoch == 2:
+                raise ConnectionError("service down")
+
+    jsonl = JSONLLogger(tmp_path / "log.jsonl")
+    trainer = build("off", max_epoch=3, checkpoint_dir=tmp_path / "ck",
+                    logger=MultiLogger(ServiceDown(), jsonl))  # fmt: skip
+    next(trainer)
+    with pytest.raises(ConnectionError, match="service down") as raised:
+        next(trainer)
+    assert [p.name for p in find_checkpoints(tmp_path / "ck")][-1] == "epoch_000002"
+    assert any("epoch_000002" in note for note in raised.value.__notes__)
+    assert [step for scope, step in read_jsonl(jsonl.path) if scope == "info"] == [1, 2]

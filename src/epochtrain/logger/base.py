@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 import numpy as np
@@ -292,7 +292,9 @@ class LazyLogger(BaseLogger):
 
 
 class MultiLogger(BaseLogger):
-    """Fan-out: forwards every call to several loggers, each keeping its own intervals."""
+    """Fan-out: forwards every call to several loggers, each keeping its own intervals;
+    every logger gets each call even when one of them raises (the first error is raised
+    after the others were called)."""
 
     def __init__(self, *loggers: BaseLogger) -> None:
         super().__init__()
@@ -303,40 +305,45 @@ class MultiLogger(BaseLogger):
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Write ``data`` to every logger, bypassing their intervals."""
-        for logger in self.loggers:
-            logger.write(scope, step, data)
+        self._each(lambda logger: logger.write(scope, step, data))
 
     def log_train_data(self, stats: CollectStats, env_step: int) -> None:
         """Forward to every logger."""
-        for logger in self.loggers:
-            logger.log_train_data(stats, env_step)
+        self._each(lambda logger: logger.log_train_data(stats, env_step))
 
     def log_test_data(self, stats: CollectStats, env_step: int) -> None:
         """Forward to every logger."""
-        for logger in self.loggers:
-            logger.log_test_data(stats, env_step)
+        self._each(lambda logger: logger.log_test_data(stats, env_step))
 
     def log_update_data(self, stats: TrainingStats, gradient_step: int) -> None:
         """Forward to every logger."""
-        for logger in self.loggers:
-            logger.log_update_data(stats, gradient_step)
+        self._each(lambda logger: logger.log_update_data(stats, gradient_step))
 
     def log_info_data(self, stats: InfoStats, epoch: int) -> None:
         """Forward to every logger."""
-        for logger in self.loggers:
-            logger.log_info_data(stats, epoch)
+        self._each(lambda logger: logger.log_info_data(stats, epoch))
 
     def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Forward to every logger."""
-        for logger in self.loggers:
-            logger.log_data(scope, step, data)
+        self._each(lambda logger: logger.log_data(scope, step, data))
 
     def log_video(
         self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
     ) -> None:
         """Forward to every logger."""
+        self._each(lambda logger: logger.log_video(path, step, tag=tag))
+
+    def _each(self, call: Callable[[BaseLogger], object]) -> None:
+        """``call`` every logger, even after one raised: one failing service (W&B, MLflow)
+        does not cost the others their records; the first error is raised at the end."""
+        first: Exception | None = None
         for logger in self.loggers:
-            logger.log_video(path, step, tag=tag)
+            try:
+                call(logger)
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def has_records(self) -> bool:
         """True once any of the loggers holds a record."""
@@ -382,10 +389,8 @@ class MultiLogger(BaseLogger):
 
     def flush(self) -> None:
         """Flush every logger."""
-        for logger in self.loggers:
-            logger.flush()
+        self._each(lambda logger: logger.flush())
 
     def close(self) -> None:
         """Close every logger."""
-        for logger in self.loggers:
-            logger.close()
+        self._each(lambda logger: logger.close())

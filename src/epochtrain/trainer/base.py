@@ -355,8 +355,22 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         finally:
             self._in_next = False
         after_epoch = time.perf_counter()
-        self.logger.log_info_data(stats.info_stat, self.state.epoch)
-        self.logger.flush()  # an epoch's curves reach disk even if the user never closes
+        self._log_and_save(stats)
+        # logging and saving count too, from the next epoch's total on (a checkpoint
+        # cannot hold the time of its own save)
+        self.state.total_time += time.perf_counter() - after_epoch
+        return stats
+
+    def _log_and_save(self, stats: EpochStats[TTrainingStats]) -> None:
+        """After a complete epoch: its run totals to the logger, its line, its checkpoint
+        when due. A logger that fails does not cost the epoch its checkpoint: the error is
+        raised after the save, naming it."""
+        failed: Exception | None = None
+        try:
+            self.logger.log_info_data(stats.info_stat, self.state.epoch)
+            self.logger.flush()  # an epoch's curves reach disk even if the user never closes
+        except Exception as exc:
+            failed = exc
         if self.params.verbose:
             write_line(epoch_line(stats, self.state))
         if self.checkpoint_dir is not None and (
@@ -367,10 +381,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             except KeyboardInterrupt as exc:  # the save cleaned up; the epoch is complete
                 note_last_checkpoint(self, exc)
                 raise
-        # logging and saving count too, from the next epoch's total on (a checkpoint
-        # cannot hold the time of its own save)
-        self.state.total_time += time.perf_counter() - after_epoch
-        return stats
+        if failed is not None:
+            note_last_checkpoint(self, failed)
+            raise failed
 
     def run(self) -> InfoStats:
         """Iterate to the end of the run and return the final :class:`InfoStats`.
