@@ -29,6 +29,18 @@ def test_eval_video_writes_an_mp4_of_a_test_episode(
     assert f"Video of a test episode: {out}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name", ["afile/out.mp4", "out.avi"])
+def test_eval_refuses_a_video_path_before_the_episodes_run(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
+    (tmp_path / "afile").write_text("x")
+    assert main(["eval", str(checkpoint), "--episodes", "1", "--video", str(tmp_path / name)]) == 2
+    captured = capsys.readouterr()
+    assert "mean return" not in captured.out  # refused before the episodes
+    assert len(captured.err.strip().splitlines()) == 1 and "--video" in captured.err
+
+
 def test_collect_to_minari_then_train_from_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

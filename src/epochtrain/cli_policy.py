@@ -186,6 +186,14 @@ def _evaluate(args: argparse.Namespace, trainer: Any, ckpt: Path, manifest: Any)
     """Run ``args.episodes`` test episodes of the loaded policy and print their returns,
     then record ``args.video`` if asked; 2 on bad input."""
     algo, env_id = manifest["spec"]["algo"], manifest["spec"]["env_id"]
+    if args.video is not None:
+        from epochtrain.trainer.video import check_video_path
+
+        try:
+            check_video_path(args.video, "--video")  # before the episodes run
+        except USAGE_ERRORS as exc:
+            print(f"epochtrain: error: {exc}", file=sys.stderr)
+            return 2
     collector = trainer.test_collector
     assert collector is not None
     collector.reset(seed=args.seed)

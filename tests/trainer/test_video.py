@@ -113,6 +113,21 @@ def test_video_recorder_records_every_k_epochs_and_changes_nothing_in_the_run(
     assert recorder.state_dict() == {"videos": [str(p) for p in recorder.videos]}
 
 
+def test_a_video_directory_that_cannot_be_written_is_refused_before_any_epoch(
+    tmp_path: Path,
+) -> None:
+    """Before, the first video failed after the epoch's training: the epoch was lost."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"VideoRecorder directory '.*afile/videos' is under"):
+        VideoRecorder(tmp_path / "afile" / "videos")
+    policy = TinyPolicy(make_envs(1))
+    with pytest.raises(ValueError, match=r"path's directory '.*afile' is a file"):
+        record_video(policy, "CartPole-v1", tmp_path / "afile" / "v.mp4")
+    (tmp_path / "dir.mp4").mkdir()
+    with pytest.raises(ValueError, match=r"is a directory: name an \.mp4 file"):
+        record_video(policy, "CartPole-v1", tmp_path / "dir.mp4")
+
+
 def test_video_recorder_needs_a_test_collector_and_a_positive_period(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="every must be an int >= 1"):
         VideoRecorder(tmp_path, every=0)

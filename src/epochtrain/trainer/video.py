@@ -26,7 +26,7 @@ import torch
 
 from epochtrain.data.actions import env_action_map
 from epochtrain.data.collector import Actor, ObsTransform
-from epochtrain.data.io import replacing
+from epochtrain.data.io import check_writable_dir, replacing
 from epochtrain.extras import require
 from epochtrain.logger.base import video_scope
 from epochtrain.trainer.hooks import TrainerHook
@@ -34,7 +34,20 @@ from epochtrain.trainer.hooks import TrainerHook
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
 
-__all__ = ["VideoRecorder", "record_video"]
+__all__ = ["VideoRecorder", "check_video_path", "record_video"]
+
+
+def check_video_path(path: str | os.PathLike[str], what: str = "path") -> Path:
+    """``path`` as a ``Path`` if a video can be written there (an ``.mp4`` name, not a
+    directory, in a directory this process can write or create); else a ``ValueError``
+    naming ``what`` (``--video`` from the command line). Nothing is created."""
+    out = Path(path)
+    if out.suffix.lower() != ".mp4":
+        raise ValueError(f"{what} must end in .mp4, got {os.fspath(path)!r}")
+    if out.is_dir():
+        raise ValueError(f"{what} {os.fspath(path)!r} is a directory: name an .mp4 file")
+    check_writable_dir(out.parent, f"{what}'s directory")
+    return out
 
 
 def _batched(obs: Any) -> Any:
@@ -90,9 +103,7 @@ def record_video(
         _positive_int("max_steps", max_steps)
     if fps is not None:
         _positive_int("fps", fps)
-    out = Path(path)
-    if out.suffix.lower() != ".mp4":
-        raise ValueError(f"path must end in .mp4, got {os.fspath(path)!r}")
+    out = check_video_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame: no window, no display
     try:
@@ -186,6 +197,7 @@ class VideoRecorder(TrainerHook):
         require("imageio.v2", extra="video")
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path, got {directory!r}")
+        check_writable_dir(directory, "VideoRecorder directory")  # before any epoch is lost
         self.directory = Path(directory)
         self.every = _positive_int("every", every)
         video_scope(tag)
