@@ -31,8 +31,8 @@ from epochtrain.spec_args import (
     add_spec_options,
     flag_words,
     resolve_spec,
+    setting_flags,
     settings_help,
-    spec_flags,
 )
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
 def _resume_mismatch(resume: str, exc: SettingsMismatchError) -> str:
     """The CLI's words for a ``--resume`` refused over changed settings: the options that
     changed them, to drop."""
-    flag_of = {name: f"--{flag}" for flag, (name, _) in spec_flags().items()}
+    flag_of = setting_flags()
     options = []
     for setting in exc.settings:
         name = setting.removeprefix("config.")

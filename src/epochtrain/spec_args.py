@@ -18,6 +18,7 @@ __all__ = [
     "flag_words",
     "parse_set_options",
     "resolve_spec",
+    "setting_flags",
     "settings_help",
     "spec_flags",
 ]
@@ -54,11 +55,17 @@ def spec_flags() -> dict[str, tuple[str, Any]]:
 _SETTING_NAME = re.compile(r"\b(?:trainer\.|buffer\.)?([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b(?![(.='])")
 
 
+def setting_flags() -> dict[str, str]:
+    """``{setting name: option}`` of every setting that has a flag, e.g.
+    ``{"trainer.step_per_epoch": "--step-per-epoch", "seed": "--seed", ...}``."""
+    return {name: f"--{flag}" for flag, (name, _) in spec_flags().items()}
+
+
 def flag_words(message: str) -> str:
     """``message`` (a spec or trainer error, in the Python API's words) for a command-line
     user: the first mention of each setting that has a flag is followed by the flag,
     ``"buffer_size must be given"`` -> ``"buffer_size (--buffer-size) must be given"``."""
-    flag_of = {name.rpartition(".")[2]: f"--{flag}" for flag, (name, _) in spec_flags().items()}
+    flag_of = {name.rpartition(".")[2]: flag for name, flag in setting_flags().items()}
     seen: set[str] = set()
 
     def with_flag(match: re.Match[str]) -> str:

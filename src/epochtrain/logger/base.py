@@ -378,14 +378,8 @@ class MultiLogger(BaseLogger):
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore each logger from what :meth:`state_dict` returned; one that fails does not
         keep the others from being restored (the first error is raised after them)."""
-        first: Exception | None = None
-        for logger, sub_state in zip(self.loggers, self._sub_states(state), strict=True):
-            try:
-                logger.load_state_dict(sub_state)
-            except (ValueError, KeyError, TypeError) as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+        states = iter(self._sub_states(state))  # _each calls the loggers in their order
+        self._each(lambda logger: logger.load_state_dict(next(states)))
 
     def flush(self) -> None:
         """Flush every logger."""
