@@ -175,6 +175,33 @@ def test_a_save_reads_no_more_checkpoints_as_they_accumulate(
     assert kept[-(keep_last or 8) :] == [f"epoch_{e:06d}" for e in range(9 - (keep_last or 8), 9)]
 
 
+def test_after_a_failed_save_the_next_save_cleans_what_it_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saves read the directory once per lock; a failed one (a full disk) makes the next
+    save look again, so its partial copy does not stay behind."""
+    import os
+
+    import epochtrain.checkpoint_save as save
+
+    real = save.save_checkpoint
+    leftover = tmp_path / f".tmp-epoch_000002-{os.getpid()}"
+
+    def full_disk(trainer: Any, path: Path) -> Path:
+        leftover.mkdir()
+        raise OSError(28, "No space left on device")
+
+    trainer = build("off", max_epoch=3, step_per_epoch=10, checkpoint_dir=tmp_path)
+    next(trainer)
+    monkeypatch.setattr(save, "save_checkpoint", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        next(trainer)
+    monkeypatch.setattr(save, "save_checkpoint", real)
+    next(trainer)
+    assert not leftover.exists()
+    assert [p.name for p in find_checkpoints(tmp_path)][-1] == "epoch_000003"
+
+
 def test_resume_from_a_checkpoint_dir_takes_the_latest(tmp_path: Path) -> None:
     full = [comparable(s) for s in build("off", max_epoch=3)]
     first = build("off", max_epoch=3, checkpoint_dir=tmp_path)
