@@ -68,3 +68,15 @@ def test_pairwise_improvement_intervals_are_those_of_the_pairwise_count(
         got_values = (est.estimate, est.ci_low, est.ci_high)
         want_values = (want.estimate, want.ci_low, want.ci_high)
         assert got_values == pytest.approx(want_values, rel=1e-12, abs=1e-15)
+
+
+def test_the_pairwise_ranks_benchmark_checks_both_formulas_agree(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.benchmark_scripts import load_script
+
+    script = load_script("pairwise_ranks", "pairwise_ranks_bench")
+    monkeypatch.setattr("sys.argv", ["pairwise_ranks", "--runs", "30", "--reps", "20"])
+    script.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all("ratio" in line for line in lines)
