@@ -135,7 +135,7 @@ def test_early_stopping_on_a_non_finite_loss() -> None:
     )
     stats = list(trainer)
     assert len(stats) == 1 and trainer.stop_reason == "non_finite_loss"
-    assert trainer.state.gradient_step == 5  # the update step that met the NaN stopped the run
+    assert trainer.state.gradient_step == 2  # the gradient step that met the NaN ended the run
     with pytest.raises(ValueError, match="does nothing"):
         EarlyStopping(check_finite=False)
     with pytest.raises(ValueError, match="patience must be a positive int"):

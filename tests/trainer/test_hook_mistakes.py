@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from epochtrain import make_trainer
 from epochtrain.data import Batch
 from epochtrain.stats import TrainingStats
 from epochtrain.trainer import BaseTrainer, ObservationNormalizer, TrainerHook
@@ -133,10 +134,28 @@ def test_an_exception_from_an_op_keeps_its_type_and_gains_a_note_naming_the_op(p
     trainer = build("off", max_epoch=1, hooks=[Boom(point)])
     with pytest.raises(RuntimeError, match="a bug in the hook") as info:
         trainer.run()
-    assert f"epochtrain: raised by hook op Boom.boom at hook point {point!r}" in (
-        info.value.__notes__
-    )
+    noted = f"epochtrain: raised by hook op Boom.boom at hook point {point!r}"
+    assert [n for n in info.value.__notes__ if n.startswith(noted)] != [], info.value.__notes__
     assert info.traceback[-1].name == "boom"  # the original traceback, down to the bug
+
+
+def test_an_exception_from_an_optimizer_op_gains_a_note_naming_the_op_and_the_optimizer() -> None:
+    # "optimizer" ops run inside Policy.optimize, not through the trainer's hook table
+    trainer = make_trainer(
+        "dqn",
+        "CartPole-v1",
+        seed=0,
+        max_epoch=1,
+        step_per_epoch=64,
+        warmup_steps=32,
+        show_progress=False,
+        hooks=[Boom("optimizer")],
+    )
+    with trainer, pytest.raises(RuntimeError, match="a bug in the hook") as info:
+        trainer.run()
+    assert info.value.__notes__ == [
+        "epochtrain: raised by hook op Boom.boom at hook point 'optimizer' (optimizer 'q' of DQN)"
+    ]
 
 
 class Count(TrainerHook):

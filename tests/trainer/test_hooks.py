@@ -193,6 +193,21 @@ def test_request_stop_ends_the_epoch_early_with_the_reason() -> None:
     assert stats[0].test_collect_stat is not None
 
 
+@pytest.mark.parametrize("kind", ["off", "on"])
+def test_request_stop_inside_an_update_step_drops_its_later_gradient_steps(kind: str) -> None:
+    trainer = build(kind, max_epoch=5)  # 5 (off) and 6 (on) gradient steps per update step
+
+    def stop_at_the_second(stats: TrainingStats) -> None:
+        if trainer.state.gradient_step == 2:
+            trainer.request_stop("enough")
+
+    trainer.register_op("post_loss", stop_at_the_second)
+    stats = list(trainer)
+    assert len(stats) == 1 and trainer.stop_reason == "enough"
+    assert trainer.state.gradient_step == 2
+    assert stats[0].test_collect_stat is not None
+
+
 def test_hook_state_travels_in_the_checkpoint(tmp_path: Path) -> None:
     recorder = Recorder()
     trainer = build("off", max_epoch=2, hooks=[recorder])

@@ -365,7 +365,15 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
                 where=f"{what} {name!r}",
             )
         for hook in self.optimizer_hooks:
-            hook(name, opt)
+            try:
+                hook(name, opt)
+            except Exception as exc:
+                hook_name = getattr(hook, "__qualname__", repr(hook))
+                exc.add_note(
+                    f"epochtrain: raised by hook op {hook_name} at hook point 'optimizer' "
+                    f"(optimizer {name!r} of {type(self).__name__})"
+                )
+                raise
         opt.step()
         return loss_value
 

@@ -269,7 +269,8 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self.stop_reason = reason
 
     def request_stop(self, reason: str) -> None:
-        """End the run: the current epoch stops its training steps, runs its test step and
+        """End the run: the current epoch stops its training steps (from inside an update
+        step, the gradient steps after the current one do not run), runs its test step and
         is returned; later ``next()`` calls raise ``StopIteration``. ``stop_reason`` becomes
         ``reason`` (hooks use it, e.g. ``"early_stopping"``)."""
         if not self._finished:
@@ -473,8 +474,8 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         ops = self._ops.ops  # the plain dict: no method call per gradient step
         if ops["process_optim_batch"]:
             batch = self._ops.process("process_optim_batch", batch)
-        if self.stop_reason == "nonfinite":
-            return batch  # on_nonfinite="stop": the rest of this update step is dropped
+        if self._finished:  # request_stop or on_nonfinite="stop" in this update step:
+            return batch  # the rest of it is dropped
         start = time.perf_counter()
         try:
             stats = self.policy.learn(batch)

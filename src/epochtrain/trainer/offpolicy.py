@@ -106,6 +106,8 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         n_steps = int(owed)
         self.update_credit = owed - n_steps
         for _ in range(n_steps):
+            if self._finished:  # a hook's request_stop or on_nonfinite="stop"
+                break
             self._learn_sampled(buffer, self.params.batch_size)
         return self._finish_update(time.perf_counter() - start)
 

@@ -89,6 +89,8 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
         n = len(batch)
         size = self.params.batch_size or n
         for _ in range(self.params.repeat_per_collect):
+            if self._finished:  # a hook's request_stop or on_nonfinite="stop"
+                break
             order = torch.randperm(n, device=batch.rew.device)
             # one gather per field per pass, then minibatches are slices (views): the same
             # rows in the same order as gathering each minibatch, in fewer ops
