@@ -62,6 +62,8 @@ def _broken(change: str) -> Any:
         state["storage"]["act"] = torch.zeros(2, 3, dtype=torch.int64)
     elif change == "an extra field":
         state["storage"]["logp"] = torch.zeros(2, 2)
+    elif change == "no storage but a size":
+        state["storage"] = None
     return state
 
 
@@ -75,6 +77,7 @@ def _broken(change: str) -> Any:
         ("storage without rew", r"storage lacks the fields \['rew'\]"),
         ("act of 3 envs", r"fields \['act'\] are not shaped \(2 or 4, 2, ...\)"),
         ("an extra field", "filled by another algorithm"),
+        ("no storage but a size", r"has no storage but size=2, cursor=2: an empty buffer"),
     ],
 )
 def test_a_broken_state_is_refused_naming_the_entry(change: str, message: str) -> None:

@@ -220,6 +220,12 @@ def check_state(state: Any, *, capacity: int, num_envs: int, fields: set[str] | 
             raise ValueError(f"buffer state {key}={value!r} is not in [0, {rows}]")
     storage = state["storage"]
     if storage is None:
+        if state["size"] != 0 or state["cursor"] != 0:
+            raise ValueError(
+                f"the buffer state has no storage but size={state['size']}, "
+                f"cursor={state['cursor']}: an empty buffer has both 0 (the file is damaged "
+                "or was not written by ReplayBuffer.save)"
+            )
         return
     required = ("obs", "obs_next", *FIXED_FIELDS)
     if not isinstance(storage, dict):
