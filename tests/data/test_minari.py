@@ -151,7 +151,50 @@ def test_a_failed_write_leaves_no_partial_dataset_so_a_rerun_works(
     monkeypatch.setattr(minari, "create_dataset_from_buffers", fail_midway)
     with pytest.raises(OSError, match="No space left"):
         write_minari(buffer, "cartpole/random-v0", "CartPole-v1")
-    assert not (datasets_path / "cartpole" / "random-v0").exists()
+    assert not (datasets_path / "cartpole").exists()  # nor the namespace the write made
     monkeypatch.setattr(minari, "create_dataset_from_buffers", create)
     write_minari(buffer, "cartpole/random-v0", "CartPole-v1")
     assert minari.load_dataset("cartpole/random-v0").total_episodes > 0
+
+
+class ShiftedActions(gym.Env[np.ndarray, np.int64]):
+    """Actions 5, 6, 7 (``Discrete(3, start=5)``); the reward is the action received and
+    an episode lasts 4 steps."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3, start=5)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, Any]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert action in self.action_space, action
+        self.t += 1
+        return np.full(2, self.t / 4, np.float32), float(action), self.t == 4, False, {}
+
+
+gym.register(
+    "ShiftedActions-v0", entry_point=f"{__name__}:ShiftedActions"
+)  # a spec Minari can store
+
+
+def test_a_dataset_holds_the_envs_actions_and_is_read_back_as_the_policys_indices() -> None:
+    envs = gym.make_vec("ShiftedActions-v0", num_envs=2, vectorization_mode="sync")
+    envs.action_space.seed(0)
+    buffer = ReplayBuffer(40, 2)
+    collector = Collector(TinyPolicy(envs), envs, buffer)
+    collector.reset(seed=0)
+    collector.collect(n_step=32, random=True)
+    indices = buffer.rollout().act
+    assert set(indices.unique().tolist()) == {0, 1, 2}  # the buffer holds the indices
+
+    write_minari(buffer, "shifted/random-v0", "ShiftedActions-v0")
+    dataset = minari.load_dataset("shifted/random-v0")
+    for episode in dataset.iterate_episodes():
+        assert np.array_equal(episode.actions, episode.rewards)  # what the env received
+        assert set(episode.actions.tolist()) <= {5, 6, 7}
+    loaded = load_minari_buffer("shifted/random-v0").rollout()
+    assert torch.equal(loaded.act.flatten() + 5, loaded.rew.flatten().long())
+    assert set(loaded.act.unique().tolist()) == {0, 1, 2}

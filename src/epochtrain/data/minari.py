@@ -8,11 +8,14 @@ raises ``FileNotFoundError`` naming ``minari download <id>``. Datasets live unde
 * :func:`load_minari_buffer` (also ``ReplayBuffer.from_minari``): every step of every
   episode becomes one transition of a single-env buffer, episodes one after the other;
   ``obs_next`` is the episode's next observation, so a truncated episode's last
-  transition bootstraps from its true final observation.
+  transition bootstraps from its true final observation. A ``Discrete(n, start=k)``
+  dataset's actions (``k .. k+n-1``) become the policy's indices ``0 .. n-1``.
 * :func:`write_minari`: the complete episodes of a buffer (or a buffer file from
   ``epochtrain collect``) become a Minari dataset; the metadata records the recording
   policy's episode returns (``recording_returns_mean``, ``_std``, ``_min``, ``_max``,
-  ``recording_episodes``).
+  ``recording_episodes``). The dataset holds the actions the env applied, as Minari's own
+  recorder does: shifted to a ``Discrete``'s ``start``, clipped to a bounded ``Box``
+  (the buffer holds the policy's own; see :mod:`epochtrain.data.actions`).
 
 Needs the ``minari`` extra (``pip install 'epochtrain[minari]'``; minari's default
 storage format, HDF5, also needs ``h5py``: ``pip install 'minari[hdf5]'``).
@@ -20,6 +23,7 @@ storage format, HDF5, also needs ``h5py``: ``pip install 'minari[hdf5]'``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -31,6 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.extras import require
 
@@ -87,9 +92,11 @@ def load_minari_buffer(dataset: Any, *, device: str | torch.device = "cpu") -> R
 
     obs = _tree_map(cat, *(_tree_map(lambda o: o[:-1], ep.observations) for ep in episodes))
     obs_next = _tree_map(cat, *(_tree_map(lambda o: o[1:], ep.observations) for ep in episodes))
+    act = cat(*(np.asarray(ep.actions) for ep in episodes))
+    to_policy = policy_action_map(data.action_space)  # Discrete(n, start=k): back to 0..n-1
     columns: dict[str, Tree] = {
         "obs": obs,
-        "act": cat(*(np.asarray(ep.actions) for ep in episodes)),
+        "act": act if to_policy is None else to_policy(act),
         "rew": cat(*(np.asarray(ep.rewards) for ep in episodes)),
         "terminated": cat(*(np.asarray(ep.terminations) for ep in episodes)),
         "truncated": cat(*(np.asarray(ep.truncations) for ep in episodes)),
@@ -224,8 +231,13 @@ def write_minari(
             "record until at least one episode ends"
         )
     spec = _env_spec(env_id)
+    to_env = env_action_map(_action_space(spec))
+    if to_env is not None:  # a dataset holds the env's actions: clipped, shifted to start
+        episodes = [{**ep, "actions": to_env(ep["actions"])} for ep in episodes]
     buffers = [episode_buffer.EpisodeBuffer(id=i, infos={}, **ep) for i, ep in enumerate(episodes)]
     directory = Path(minari.storage.get_dataset_path(dataset_id))
+    # the folders the write creates (a new namespace's too), for a failed write to remove
+    created = [directory, *(p for p in directory.parents if not p.exists())]
     try:
         dataset = minari.create_dataset_from_buffers(
             dataset_id,
@@ -244,6 +256,9 @@ def write_minari(
         # check_new_dataset_id found no dataset there: what is there now is Minari's
         # partial write, which would make a rerun fail ("already exists", "misconfigured")
         shutil.rmtree(directory, ignore_errors=True)
+        for folder in created[1:]:  # deepest first; one another writer filled stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
     return directory
 
@@ -260,6 +275,15 @@ def _env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         return gym.spec(name)
     except gym.error.Error as exc:
         raise ValueError(f"env_id {env_id!r} is not a registered gymnasium env: {exc}") from exc
+
+
+def _action_space(spec: gym.envs.registration.EnvSpec) -> gym.Space[Any]:
+    """The action space of one env of ``spec`` (built and closed)."""
+    env = gym.make(spec)
+    try:
+        return env.action_space
+    finally:
+        env.close()
 
 
 def _returns_metadata(rewards: Sequence[np.ndarray]) -> dict[str, float | int]:
