@@ -166,3 +166,12 @@ def test_a_directory_to_write_in_is_checked_without_creating_it(
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a read-only mount
     with pytest.raises(ValueError, match="is not writable by this user"):
         check_writable_dir(tmp_path / "new", "--out")
+
+
+@pytest.mark.skipif(
+    not os.access("/proc", os.W_OK | os.X_OK),
+    reason="needs Linux's /proc and root, for whom os.access calls /proc writable (as in CI)",
+)
+def test_a_directory_that_access_calls_writable_but_takes_no_file_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"--out '/proc/runs': no file can be created in '/proc'"):
+        check_writable_dir("/proc/runs", "--out")

@@ -81,6 +81,28 @@ def test_a_full_disk_fails_the_save_naming_the_file_and_keeps_the_previous_check
     assert not [p for p in (small_disk / "ckpts").iterdir() if p.name.startswith(".tmp-")]
 
 
+def test_a_full_disk_while_a_video_is_encoded_is_enospc_and_keeps_the_earlier_video(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.statvfs(small_disk).f_blocks * os.statvfs(small_disk).f_frsize > 1 << 30:
+        pytest.fail("no small tmpfs here: tests/trainer/test_video.py's FullDisk covers this")
+    pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
+    from epochtrain.trainer.video import record_video, whole_mp4
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    trainer = dqn_trainer()
+    path = record_video(trainer.policy, "CartPole-v1", small_disk / "v.mp4", max_steps=100)
+    before = path.read_bytes()
+    assert whole_mp4(path)
+    for leave in (0, len(before) // 2):  # ffmpeg dies mid-stream / cannot write the index
+        (small_disk / "filler").unlink(missing_ok=True)
+        fill(small_disk, leave=leave)
+        with pytest.raises(OSError, match="No space left on device for the video"):
+            record_video(trainer.policy, "CartPole-v1", path, max_steps=100)
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "v.mp4"]
+
+
 # Saves once, then lowers RLIMIT_FSIZE below a checkpoint's size and saves over it.
 LIMITED = """
 import resource, signal, sys

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +21,7 @@ import imageio.v3 as iio
 
 from epochtrain.extras import MissingExtraError
 from epochtrain.logger import JSONLLogger
-from epochtrain.trainer.video import VideoRecorder, record_video
+from epochtrain.trainer.video import VideoRecorder, record_video, whole_mp4
 from tests.trainer.tiny import TinyPolicy, build, make_envs
 
 
@@ -76,6 +79,74 @@ def test_a_recording_cut_short_keeps_the_video_that_was_there(tmp_path: Path) ->
         record_video(policy, "CartPole-v1", path, episodes=2, obs_transform=transform)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["cartpole.mp4"]  # no partial video
+
+
+class FullDisk:
+    """imageio's writer as it behaves on a full disk: ffmpeg dies mid-stream (``Broken
+    pipe``) or, with the frames written, cannot write the file's end (the index), which
+    imageio-ffmpeg does not report (as measured on a 12 KiB tmpfs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, at: str, free: int) -> None:
+        import imageio.v2
+
+        real = imageio.v2.get_writer
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(free=free))
+
+        def get_writer(path: Path, **kwargs: object) -> object:
+            writer = real(path, **kwargs)
+            if at == "frame":
+                frames = 0
+
+                def append(frame: np.ndarray) -> None:
+                    nonlocal frames
+                    frames += 1
+                    if frames == 5:
+                        raise OSError("[Errno 32] Broken pipe\n\nFFMPEG COMMAND:\nffmpeg -y ...")
+                    real_append(frame)
+
+                real_append = writer.append_data
+                writer.append_data = append
+            else:
+                real_close = writer.close
+
+                def close() -> None:
+                    real_close()
+                    with open(path, "r+b") as f:  # the index never reached the disk
+                        f.truncate(Path(path).stat().st_size // 2)
+
+                writer.close = close
+            return writer
+
+        monkeypatch.setattr(imageio.v2, "get_writer", get_writer)
+
+
+@pytest.mark.parametrize("at", ["frame", "end"])
+def test_a_full_disk_raises_enospc_and_keeps_the_video_that_was_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    torch.manual_seed(0)
+    policy = TinyPolicy(make_envs(1))
+    path = record_video(policy, "CartPole-v1", tmp_path / "cartpole.mp4", max_steps=20)
+    assert whole_mp4(path)
+    before = path.read_bytes()
+    FullDisk(monkeypatch, at=at, free=0)
+    with pytest.raises(OSError, match="No space left on device for the video") as info:
+        record_video(policy, "CartPole-v1", path, max_steps=20)
+    assert info.value.errno == errno.ENOSPC
+    assert "cartpole.mp4' is untouched" in str(info.value)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["cartpole.mp4"]  # no partial video
+
+
+def test_an_unfinished_video_with_room_on_the_disk_is_refused_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    FullDisk(monkeypatch, at="end", free=10 << 30)
+    with pytest.raises(OSError, match="ffmpeg did not finish the video") as info:
+        record_video(TinyPolicy(make_envs(1)), "CartPole-v1", tmp_path / "v.mp4", max_steps=20)
+    assert info.value.errno == errno.EIO
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_record_video_validates_its_arguments(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import os
 import pickle
 import secrets
 import socket
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -231,7 +232,9 @@ def write_durably(
 def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
     """``ValueError`` naming ``what`` unless ``path`` is a directory this process can write
     in, or one it can create (its nearest existing ancestor is a writable directory);
-    creates nothing, so a run refused later leaves no empty directory behind."""
+    leaves nothing behind, so a run refused later leaves no empty directory. Writable
+    means a file can be created there (an unnamed one, gone at once): ``os.access`` alone
+    says yes for ``/proc`` and for directories whose file system refuses new files."""
     target = Path(path).absolute()
     found = target
     while not found.exists() and found != found.parent:
@@ -244,6 +247,14 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
             f"{what} {os.fspath(path)!r}: {os.fspath(found)!r} is not writable by this user "
             "(or is on a read-only file system): choose a directory you can write in"
         )
+    try:
+        with tempfile.TemporaryFile(dir=found):
+            pass
+    except OSError as exc:
+        raise ValueError(
+            f"{what} {os.fspath(path)!r}: no file can be created in {os.fspath(found)!r} "
+            f"({exc.strerror}): choose a directory you can write in"
+        ) from None
 
 
 def pid_alive(pid: int) -> bool:

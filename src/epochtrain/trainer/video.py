@@ -15,7 +15,10 @@ pygame).
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,11 +123,51 @@ def record_video(
             try:
                 for episode in range(episodes):
                     _record_episode(policy, env, writer, seed + episode, obs_transform, max_steps)
+            except OSError as exc:  # ffmpeg died: "Broken pipe" and its command line
+                raise _unfinished(out, str(exc).split("\n", 1)[0]) from exc
             finally:
                 writer.close()
+            if not whole_mp4(tmp):  # imageio-ffmpeg ignores ffmpeg's exit status
+                raise _unfinished(out, "ffmpeg could not write its end (the index)")
     finally:
         env.close()
     return out
+
+
+def whole_mp4(path: str | os.PathLike[str]) -> bool:
+    """True if ``path`` is a sequence of MP4 boxes that fills the file and holds the index
+    (``moov``, which ffmpeg writes last): a file ffmpeg did not finish is not."""
+    size = os.path.getsize(path)
+    kinds, pos = set(), 0
+    with open(path, "rb") as f:
+        while pos < size:
+            f.seek(pos)
+            header = f.read(16)
+            if len(header) < 8:
+                return False
+            length, kind = struct.unpack(">I4s", header[:8])
+            if length == 1:  # a 64-bit size follows
+                length = struct.unpack(">Q", header[8:16])[0] if len(header) == 16 else 0
+            elif length == 0:  # to the end of the file
+                length = size - pos
+            if length < 8:
+                return False
+            kinds.add(kind)
+            pos += length
+    return pos == size and b"moov" in kinds
+
+
+def _unfinished(out: Path, cause: str) -> OSError:
+    """The error for a video ffmpeg did not finish: ENOSPC when the disk is (nearly) full."""
+    free = shutil.disk_usage(out.parent).free
+    kept = f"{os.fspath(out)!r} is untouched (an earlier video stays)"
+    if free < 1 << 20:
+        return OSError(
+            errno.ENOSPC,
+            f"No space left on device for the video {os.fspath(out)!r} ({free:,} bytes free; "
+            f"{cause}): free space or choose another directory; {kept}",
+        )
+    return OSError(errno.EIO, f"ffmpeg did not finish the video: {cause}; {kept}")
 
 
 def _record_episode(
