@@ -203,3 +203,25 @@ class ParityPolicy:
         env_id, t = pos[:, 0].long(), pos[:, 2].long()
         act = torch.zeros_like(t) if deterministic else (env_id + t) % 2
         return act, {"value": 10.0 * pos[:, 2]}
+
+
+class ShiftedActions(gym.Env[np.ndarray, np.int64]):
+    """Actions 5, 6, 7 (``Discrete(3, start=5)``); the reward is the action received and
+    an episode lasts 4 steps."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3, start=5)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, Any]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert action in self.action_space, action
+        self.t += 1
+        return np.full(2, self.t / 4, np.float32), float(action), self.t == 4, False, {}
+
+
+SHIFTED_ACTIONS = "ShiftedActions-v0"
+gym.register(SHIFTED_ACTIONS, entry_point=f"{__name__}:ShiftedActions")  # an id Minari stores

@@ -15,6 +15,7 @@ import torch
 from epochtrain.cli import main
 from epochtrain.data import ReplayBuffer
 from epochtrain.dataset import dataset_fingerprint, record_dataset
+from tests.fakes import SHIFTED_ACTIONS
 
 
 def episode_returns(buffer: ReplayBuffer) -> list[float]:
@@ -161,6 +162,15 @@ def test_box_actions_are_stored_as_the_env_applies_them(tmp_path: Path) -> None:
     record_dataset(policy, "Pendulum-v1", 400, tmp_path / "p.buf")
     act = ReplayBuffer.load(tmp_path / "p.buf").rollout().act
     assert float(act.abs().max()) == 2.0  # the wide Gaussian samples past +-2, clipped
+
+
+def test_a_random_dataset_of_a_discrete_space_with_a_start_holds_the_policys_indices(
+    tmp_path: Path,
+) -> None:
+    record_dataset(None, SHIFTED_ACTIONS, 40, tmp_path / "s.buf")  # actions 5, 6, 7
+    rollout = ReplayBuffer.load(tmp_path / "s.buf").rollout()
+    assert set(rollout.act.unique().tolist()) == {0, 1, 2}
+    assert torch.equal(rollout.act + 5, rollout.rew.long())  # the env got 5, 6, 7 (its reward)
 
 
 def test_a_normalized_run_is_evaluated_and_recorded_through_its_statistics(

@@ -33,6 +33,7 @@ import torch
 
 from epochtrain.algorithms.base import Policy
 from epochtrain.data import Collector, ReplayBuffer
+from epochtrain.data.actions import policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.collector import Actor
 from epochtrain.data.io import replace_file
@@ -60,13 +61,16 @@ class DatasetInfo:
 
 
 class _RandomActor:
-    """Uniform random actions from the env's action space (the collector's Actor protocol)."""
+    """Uniform random actions from the env's action space, as the policy's actions (a
+    ``Discrete(n, start=k)``'s as indices ``0 .. n-1``: the collector shifts them back)."""
 
     def __init__(self, env: gym.vector.VectorEnv[Any, Any, Any]) -> None:
         self.action_space = env.action_space
+        self.to_policy = policy_action_map(env.single_action_space)
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
-        return torch.as_tensor(self.action_space.sample()), {}
+        sample = self.action_space.sample()
+        return torch.as_tensor(sample if self.to_policy is None else self.to_policy(sample)), {}
 
     def to_tensor(self, obs: Obs) -> Obs:
         return obs

@@ -21,6 +21,7 @@ import minari
 from epochtrain.data import Collector, ReplayBuffer
 from epochtrain.data.minari import load_minari_buffer, write_minari
 from epochtrain.extras import MissingExtraError
+from tests.fakes import SHIFTED_ACTIONS
 from tests.trainer.tiny import TinyPolicy, build
 
 
@@ -157,31 +158,8 @@ def test_a_failed_write_leaves_no_partial_dataset_so_a_rerun_works(
     assert minari.load_dataset("cartpole/random-v0").total_episodes > 0
 
 
-class ShiftedActions(gym.Env[np.ndarray, np.int64]):
-    """Actions 5, 6, 7 (``Discrete(3, start=5)``); the reward is the action received and
-    an episode lasts 4 steps."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(3, start=5)
-
-    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, Any]:
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        assert action in self.action_space, action
-        self.t += 1
-        return np.full(2, self.t / 4, np.float32), float(action), self.t == 4, False, {}
-
-
-gym.register(
-    "ShiftedActions-v0", entry_point=f"{__name__}:ShiftedActions"
-)  # a spec Minari can store
-
-
 def test_a_dataset_holds_the_envs_actions_and_is_read_back_as_the_policys_indices() -> None:
-    envs = gym.make_vec("ShiftedActions-v0", num_envs=2, vectorization_mode="sync")
+    envs = gym.make_vec(SHIFTED_ACTIONS, num_envs=2, vectorization_mode="sync")
     envs.action_space.seed(0)
     buffer = ReplayBuffer(40, 2)
     collector = Collector(TinyPolicy(envs), envs, buffer)
@@ -190,7 +168,7 @@ def test_a_dataset_holds_the_envs_actions_and_is_read_back_as_the_policys_indice
     indices = buffer.rollout().act
     assert set(indices.unique().tolist()) == {0, 1, 2}  # the buffer holds the indices
 
-    write_minari(buffer, "shifted/random-v0", "ShiftedActions-v0")
+    write_minari(buffer, "shifted/random-v0", SHIFTED_ACTIONS)
     dataset = minari.load_dataset("shifted/random-v0")
     for episode in dataset.iterate_episodes():
         assert np.array_equal(episode.actions, episode.rewards)  # what the env received
