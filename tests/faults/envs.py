@@ -22,7 +22,8 @@ class FaultyEnv(gym.Env[np.ndarray, np.int64]):
 
     From its ``fault_at``-th step on (counted over its life) it returns NaN in the
     observation (``fault="nan_obs"``), inf as the reward (``"inf_reward"``), or raises
-    (``"raise"``); ``fault_at=None`` never faults.
+    (``"raise"``); ``fault="raise_in_reset"`` raises in every reset instead;
+    ``fault_at=None`` never faults.
     """
 
     def __init__(self, fault: str = "raise", fault_at: int | None = None) -> None:
@@ -39,6 +40,8 @@ class FaultyEnv(gym.Env[np.ndarray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
+        if self.fault == "raise_in_reset" and self.fault_at is not None:
+            raise RuntimeError("the simulator crashed")
         self.t = 0
         return self._obs(), {}
 

@@ -43,8 +43,14 @@ def healthy_vec() -> Any:
     return faulty_vec(2, -1, "raise", 1, mode="async")
 
 
-# where: (warm-up env steps, the faulty env is the test env, step of sub-env 1 that raises)
-WHERE = {"warm-up": (20, False, 5), "training collect": (0, False, 15), "test step": (0, True, 3)}
+# where: (warm-up env steps, the faulty env is the test env, step of sub-env 1 that raises;
+# 0: it raises in reset)
+WHERE = {
+    "first reset": (0, False, 0),
+    "warm-up": (20, False, 5),
+    "training collect": (0, False, 15),
+    "test step": (0, True, 3),
+}
 
 
 @pytest.mark.parametrize("async_collection", [False, True])
@@ -53,7 +59,8 @@ def test_an_env_error_closes_the_train_and_test_envs_and_stops_the_collect_threa
     where: str, async_collection: bool
 ) -> None:
     warmup_steps, in_test, fault_at = WHERE[where]
-    faulty = faulty_vec(2, bad=1, fault="raise", fault_at=fault_at, mode="async")
+    fault = "raise" if fault_at else "raise_in_reset"
+    faulty = faulty_vec(2, bad=1, fault=fault, fault_at=fault_at, mode="async")
     other = healthy_vec()
     train_envs, test_envs = (other, faulty) if in_test else (faulty, other)
     before_children, before_threads = live_children(), collect_threads()
@@ -65,7 +72,7 @@ def test_an_env_error_closes_the_train_and_test_envs_and_stops_the_collect_threa
         next(trainer)
     message = str(info.value)
     assert "sub-env 1 of 'AsyncVectorEnv' raised RuntimeError: the simulator crashed" in message
-    assert f"(epoch {0 if where == 'warm-up' else 1})" in message
+    assert f"(epoch {0 if where in ('first reset', 'warm-up') else 1})" in message
     assert info.value.sub_env == 1 and isinstance(info.value.__cause__, RuntimeError)
     assert train_envs.closed and test_envs.closed
     assert live_children() <= before_children  # every worker joined: not even a zombie

@@ -80,7 +80,10 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         self.train_collector.buffer.clear()
 
     def _start(self) -> None:
-        self.train_collector.reset(seed=self.params.seed)
+        try:
+            self.train_collector.reset(seed=self.params.seed)
+        except (NonFiniteError, EnvError) as exc:  # closes every env, as in a collect
+            self._collect_failed(exc)
         self.train_collector.env.action_space.seed(self.params.seed)
 
     def _collect(self, **kwargs: Any) -> int:
