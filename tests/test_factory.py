@@ -99,6 +99,17 @@ def test_default_stop_fn_uses_the_reward_threshold_and_none_disables_it() -> Non
     assert make_trainer("ppo", "CartPole-v1", stop_fn=None).stop_fn is None
 
 
+def test_no_more_test_envs_are_built_than_test_episodes() -> None:
+    trainer = make_trainer(
+        "ppo", "CartPole-v1", seed=0, max_epoch=1, episode_per_test=3, show_progress=False
+    )
+    with trainer:
+        assert trainer.test_collector is not None and trainer.test_collector.num_envs == 3
+        test = next(trainer).test_collect_stat
+    assert test is not None and len(test.lens) == 3
+    assert test.n_collected_steps == 3 * int(test.lens.max())  # not 10 envs stepping
+
+
 def test_same_seed_same_initial_weights_without_touching_global_rng() -> None:
     torch.manual_seed(123)
     state = torch.get_rng_state()

@@ -84,7 +84,9 @@ def make_trainer(
         )
     # resume only once trainer.spec is set, so the checkpoint's spec is compared with it
     params = spec.trainer.replace(resume_from=None)
-    envs = [make_envs(spec.env_id, spec.num_test_envs, backend=spec.env_backend)]
+    # a test env beyond episode_per_test would run no episode and step for nothing
+    num_test_envs = min(spec.num_test_envs, params.episode_per_test)
+    envs = [make_envs(spec.env_id, num_test_envs, backend=spec.env_backend)]
     try:  # a refused setting leaves no env (nor env process) behind
         with torch.random.fork_rng():
             torch.manual_seed(spec.seed)

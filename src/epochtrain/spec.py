@@ -78,7 +78,8 @@ class RunSpec(Config):
     num_envs: int = param(1, ge=0)
     """Training envs (0 for offline algorithms)."""
     num_test_envs: int = param(10, ge=1)
-    """Test envs."""
+    """Test envs; ``make_trainer`` builds at most ``episode_per_test`` of them (one more
+    would run no test episode, yet step with the others)."""
     env_backend: Backend = "sync"
     """How the training and test envs are vectorised (:func:`epochtrain.envs.make_envs`):
     'sync' (one process; checkpoints hold the in-flight episodes), 'async' (gymnasium's

@@ -352,7 +352,9 @@ class RunState:
     train_episode: int = 0
     """Training episodes finished."""
     test_step: int = 0
-    """Env steps of the test episodes."""
+    """Env steps the test envs made in test steps: every test env steps until the test
+    step's last episode ends, so an env whose episodes are done (or that has none, with
+    fewer ``episode_per_test`` than test envs) adds steps of no counted episode."""
     test_episode: int = 0
     """Test episodes finished."""
     best_test_return: float = float("-inf")
