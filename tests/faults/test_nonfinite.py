@@ -103,9 +103,15 @@ def test_no_checkpoint_is_written_from_nonfinite_weights(tmp_path: Path) -> None
     assert [p.name for p in find_checkpoints(tmp_path / "ckpts")] == ["epoch_000001"]
 
 
-@pytest.mark.parametrize(("fault", "what"), [("nan_obs", "observation"), ("inf_reward", "reward")])
+@pytest.mark.parametrize(
+    ("fault", "what", "guard"),
+    [
+        ("nan_obs", "observation", "TransformObservation"),
+        ("inf_reward", "reward", "TransformReward"),
+    ],
+)
 def test_nonfinite_env_data_names_the_sub_env_the_env_and_the_env_step(
-    tmp_path: Path, fault: str, what: str
+    tmp_path: Path, fault: str, what: str, guard: str
 ) -> None:
     envs = faulty_vec(3, bad=1, fault=fault, fault_at=30, mode="sync")
     trainer = dqn_trainer(
@@ -117,6 +123,7 @@ def test_nonfinite_env_data_names_the_sub_env_the_env_and_the_env_step(
     message = str(info.value)
     assert f"{what} of sub-env 1 of 'FaultyEnv'" in message
     assert "env step 87" in message and "epoch 2" in message  # 60 + 9 rows * 3 envs
+    assert f"a NaN guard, e.g. gymnasium.wrappers.{guard}) at env step" in message
     assert [p.name for p in find_checkpoints(tmp_path)] == ["epoch_000001"]
 
 
@@ -126,6 +133,8 @@ def test_nonfinite_env_data_with_stop_ends_the_run_without_training_on_it(tmp_pa
     stats = list(trainer)
     assert trainer.stop_reason == "nonfinite" and [s.epoch for s in stats] == [1, 2]
     assert "sub-env 0" in (trainer.nonfinite_message or "")
+    # 40 env steps in epoch 1, then 4 rows of 2 envs before sub-env 0's 25th step: counted
+    assert stats[-1].info_stat.env_step == trainer.state.env_step == 48
     assert finite(trainer.policy)
     buffer = trainer.train_collector.buffer
     assert bool(torch.isfinite(buffer.rollout().obs_next).all())  # never stored

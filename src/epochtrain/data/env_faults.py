@@ -40,10 +40,11 @@ def check_finite(env: Any, obs: Any, rew: np.ndarray | None, steps: int) -> None
         assert rew is not None  # a reward is bad only where there are rewards
         value = repr(rew[i]) + ("; a reward of None reads as nan too" if np.isnan(rew[i]) else "")
     env_id = env_label(env, i)
+    guard = "TransformObservation" if bad_obs[i] else "TransformReward"
     raise NonFiniteError(
         f"the {what} of sub-env {i} of {env_id!r} is not finite ({what} {value}) after "
-        f"{steps} env steps of this collect step; check the env (or wrap it, e.g. "
-        "gymnasium.wrappers.ClipReward / a NaN guard)",
+        f"{steps} env steps of this collect step; check the env (or wrap it in a NaN "
+        f"guard, e.g. gymnasium.wrappers.{guard})",
         where=f"{what} of sub-env {i} of {env_id!r}",
         env_step=steps,
     )

@@ -106,6 +106,7 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         env_step = self.state.env_step + (exc.env_step or 0)
         if isinstance(exc, NonFiniteError):
             on_nonfinite(self, exc, f"env step {env_step}")
+            self.state.env_step = env_step  # the run ends: count the steps the envs made
             return
         raise with_run_context(self, exc, env_step) from exc.__cause__
 
