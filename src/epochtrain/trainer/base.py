@@ -594,7 +594,10 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         """Restore what :meth:`state_dict` returned into this (identically built) trainer.
 
         All or nothing: :meth:`check_state_dict` runs first, a failure while restoring
-        puts everything back, and the logger (which rewrites its files) comes last.
+        puts everything back, and the logger (which rewrites its files) comes last. The
+        state is checked to fit (its parts, shapes and hook classes); the settings it was
+        run with (the spec, hook arguments, the dataset's content) are in a checkpoint's
+        manifest, and only :meth:`load_checkpoint` compares them.
         """
         self._complete_init()
         self.check_state_dict(state)
