@@ -1,9 +1,12 @@
-"""Polyak updates over target pairs: every parameter and buffer once, structure checked."""
+"""Polyak updates over target pairs: every parameter and buffer once, structure checked;
+the flat input size of an observation space and the bounds of a Box of actions."""
 
 from __future__ import annotations
 
 import copy
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -14,6 +17,8 @@ from epochtrain.nets import (
     EnsembleQCritic,
     QCritic,
     all_outputs,
+    box_bounds,
+    flat_dim,
     q_value,
     q_values,
     soft_update,
@@ -182,3 +187,28 @@ def test_critic_helpers_reject_what_is_neither_an_ensemble_nor_a_module_list() -
         q_values(nn.Linear(2, 1), torch.zeros(1, 1), torch.zeros(1, 1))
     with pytest.raises(ValueError, match="n >= 1"):
         EnsembleMLP(0, 2, 1)
+
+
+@pytest.mark.parametrize("space", [gym.spaces.MultiBinary(3), gym.spaces.MultiDiscrete([2, 3])])
+def test_multi_binary_and_multi_discrete_observations_are_refused_naming_the_flattener(
+    space: gym.Space[object],
+) -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"observation_space Multi.*MultiBinary and MultiDiscrete spaces with "
+        r"gymnasium\.wrappers\.FlattenObservation",
+    ):
+        flat_dim(space)
+    assert flat_dim(gym.spaces.flatten_space(space)) == gym.spaces.flatdim(space)
+
+
+def test_box_bounds_are_checked_and_compared_in_float32() -> None:
+    center, half = box_bounds(gym.spaces.Box(-1e30, 3e30, (1,), np.float64))
+    assert center.dtype == half.dtype == torch.float32
+    assert center.item() == pytest.approx(1e30) and half.item() == pytest.approx(2e30)
+    with pytest.raises(ValueError, match=r"not finite in float32.*RescaleAction"):
+        box_bounds(gym.spaces.Box(-1e300, 1e300, (1,), np.float64))
+    # 1 and 1 + 1e-12 differ in float64, not in float32: a half-range of 0
+    collapsed = gym.spaces.Box(np.array([0.0, 1.0]), np.array([1.0, 1.0 + 1e-12]), dtype=np.float64)
+    with pytest.raises(ValueError, match=r"low >= high in dimension\(s\) \[1\] \(compared in"):
+        box_bounds(collapsed)

@@ -1,5 +1,6 @@
 """Small networks the algorithms share: an MLP, Q critics (alone or as one ensemble), target
-updates and the flat-input size of a space."""
+updates, and the spaces they take: the flat-input size of an observation space and the bounds
+of a Box of actions."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ __all__ = [
     "SoftUpdate",
     "all_outputs",
     "box_bounds",
+    "check_has_elements",
     "flat_dim",
+    "one_d_box_hint",
     "q_value",
     "q_values",
     "soft_update",
@@ -35,8 +38,8 @@ def flat_dim(space: gym.Space[Any]) -> int:
         return 1
     raise ValueError(
         f"observation_space {space!r} is not supported by the flat MLP networks: "
-        "use a Box or Discrete observation space (flatten Dict and Tuple spaces with "
-        "gymnasium.wrappers.FlattenObservation)"
+        "use a Box or Discrete observation space (flatten Dict, Tuple, MultiBinary and "
+        "MultiDiscrete spaces with gymnasium.wrappers.FlattenObservation)"
     )
 
 
@@ -161,35 +164,69 @@ def _tensors(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
     return params, buffers
 
 
-def box_bounds(space: gym.Space[Any]) -> tuple[Tensor, Tensor]:
-    """``(center, half_range)`` of a 1-d Box with finite bounds, as float32 tensors.
+def box_bounds(space: gym.Space[Any], algo: str = "this policy") -> tuple[Tensor, Tensor]:
+    """``(center, half_range)`` of a 1-d float Box, as float32 tensors; raises ``ValueError``
+    naming ``algo`` and the fix for any other space, or for bounds not finite in float32.
 
     A tanh output ``u`` in (-1, 1) maps to the action ``center + half_range * u``.
     """
-    if not (
-        isinstance(space, gym.spaces.Box)
-        and len(space.shape) == 1
-        and bool(np.all(np.isfinite(space.low)))
-        and bool(np.all(np.isfinite(space.high)))
-    ):
+    box = _one_d_float_box(space, algo)
+    low = torch.as_tensor(box.low, dtype=torch.float32)
+    high = torch.as_tensor(box.high, dtype=torch.float32)
+    center, half_range = (high + low) / 2, (high - low) / 2
+    if not bool(torch.isfinite(center).all() and torch.isfinite(half_range).all()):
         raise ValueError(
-            f"action_space must be a 1-d gymnasium.spaces.Box with finite bounds, got {space!r}"
+            f"action_space {box!r} has bounds whose centre or half-range is not finite in "
+            "float32, the networks' precision: give the env smaller finite bounds, e.g. "
+            "rescale its actions with gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"
         )
+    flat = np.flatnonzero((low >= high).numpy())
+    if len(flat):
+        raise ValueError(
+            f"action_space {box!r} has low >= high in dimension(s) {flat.tolist()} (compared "
+            "in float32): such a dimension has one action or none; drop it from the env's "
+            "action space"
+        )
+    return center, half_range
+
+
+def check_has_elements(space: gym.Space[Any], name: str) -> None:
+    """Refuse a Box ``space`` with no elements (a 0 in its shape), naming it as ``name``."""
+    if isinstance(space, gym.spaces.Box) and 0 in space.shape:
+        raise ValueError(
+            f"{name} {space!r} has no elements (shape {space.shape}), so a network has no "
+            f"input or output for it: give the env an {name} of at least one element"
+        )
+
+
+def _one_d_float_box(space: gym.Space[Any], algo: str) -> gym.spaces.Box:
+    """``space`` if it is a 1-d Box of floats; else a ``ValueError`` naming the fix."""
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(
+            f"action_space must be a 1-d gymnasium.spaces.Box for {algo}, got {space!r}"
+        )
+    check_has_elements(space, "action_space")
+    if len(space.shape) != 1:
+        raise ValueError(one_d_box_hint(space, algo))
     if space.dtype.kind != "f":
         raise ValueError(
-            f"action_space {space!r} holds {space.dtype} actions; this policy's actions are "
+            f"action_space {space!r} holds {space.dtype} actions; {algo}'s actions are "
             "real numbers: give the env a float Box (and round in the env), or use an "
             "algorithm for Discrete actions"
         )
-    flat = np.flatnonzero(space.low >= space.high)
-    if len(flat):
-        raise ValueError(
-            f"action_space {space!r} has low >= high in dimension(s) {flat.tolist()}: "
-            "such a dimension has one action or none; drop it from the env's action space"
-        )
-    low = torch.as_tensor(space.low, dtype=torch.float32)
-    high = torch.as_tensor(space.high, dtype=torch.float32)
-    return (high + low) / 2, (high - low) / 2
+    return space
+
+
+def one_d_box_hint(space: gym.spaces.Box, algo: str) -> str:
+    """The refusal of an action Box that is not 1-d by ``algo``, with the wrapper that makes
+    the env's actions 1-d."""
+    size = int(np.prod(space.shape))
+    return (
+        f"action_space {space!r} has shape {space.shape}, and {algo} needs a 1-d Box: "
+        f"give the env actions of shape ({size},), e.g. gymnasium.wrappers.TransformAction("
+        f"env, lambda a: a.reshape({space.shape}), Box(low.reshape(-1), high.reshape(-1))) "
+        "with the env's low and high"
+    )
 
 
 class QCritic(nn.Module):

@@ -28,7 +28,6 @@ from epochtrain.algorithms.actor_critic import (
     ActorCriticPolicy,
     AdvantageConfig,
     explained_variance,
-    obs_tensor,
 )
 from epochtrain.algorithms.base import resolve_config
 from epochtrain.algorithms.pg import PGTrainingStats
@@ -106,7 +105,7 @@ class A2C(ActorCriticPolicy[A2CTrainingStats]):
     def learn(self, batch: Batch) -> A2CTrainingStats:
         """One gradient step of the actor-critic loss on ``batch`` (usually a whole rollout)."""
         batch = batch.to(self.device)
-        obs = obs_tensor(batch.obs)
+        obs = self.obs_input(batch.obs)
         adv, ret = self.advantages(batch), batch.ret
         assert ret is not None
         logp, entropy = self.log_prob_entropy(obs, batch.act)

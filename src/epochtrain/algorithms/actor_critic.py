@@ -41,7 +41,7 @@ from epochtrain.algorithms.base import (
 )
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.nets import MLP, flat_dim
+from epochtrain.nets import MLP, check_has_elements, flat_dim, one_d_box_hint
 from epochtrain.stats import TrainingStats
 
 __all__ = [
@@ -50,18 +50,11 @@ __all__ = [
     "AdvantageConfig",
     "explained_variance",
     "gae",
-    "obs_tensor",
 ]
 
 TStats = TypeVar("TStats", bound=TrainingStats)
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-def obs_tensor(obs: Obs) -> Tensor:
-    """``obs`` as a tensor (the constructor rejected dict observation spaces)."""
-    assert isinstance(obs, Tensor)
-    return obs
 
 
 def gae(
@@ -119,7 +112,10 @@ def _action_dim(action_space: gym.Space[Any], algo: str) -> int:
     """Actor outputs for ``action_space``: logits of a Discrete, the mean of a 1-d Box."""
     if isinstance(action_space, gym.spaces.Discrete):
         return int(action_space.n)
-    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+    if isinstance(action_space, gym.spaces.Box):
+        check_has_elements(action_space, "action_space")
+        if len(action_space.shape) != 1:
+            raise ValueError(one_d_box_hint(action_space, algo))
         if action_space.dtype.kind != "f":
             raise ValueError(
                 f"action_space {action_space!r} holds {action_space.dtype} actions; {algo}'s "
@@ -226,7 +222,7 @@ class ActorCriticPolicy(Policy[TStats], ABC):
         have not changed since the actions were taken), as Tianshou does, which keeps a
         log-probability per env step out of collection.
         """
-        out = self.actor(obs_tensor(obs))
+        out = self.actor(self.obs_input(obs))
         if self.discrete:
             if deterministic:
                 return out.argmax(dim=-1), {}
@@ -275,7 +271,7 @@ class ActorCriticPolicy(Policy[TStats], ABC):
         """Fill ``value``, advantages ``adv`` (:func:`gae`) and returns ``ret = adv + value``."""
         batch = batch.to(self.device)
         n_time, n_env = batch.shape
-        obs, obs_next = obs_tensor(batch.obs), obs_tensor(batch.obs_next)
+        obs, obs_next = self.obs_input(batch.obs), self.obs_input(batch.obs_next)
         both = torch.cat([obs, obs_next]).reshape(2 * n_time * n_env, *obs.shape[2:])
         values = self.value(both).reshape(2, n_time, n_env)
         value, value_next = values[0], values[1]

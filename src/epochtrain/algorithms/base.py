@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from epochtrain.config import Config
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.errors import NonFiniteError
-from epochtrain.nets import SoftUpdate
+from epochtrain.nets import SoftUpdate, check_has_elements
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -224,6 +224,8 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         *,
         device: str | torch.device = "cpu",
     ) -> None:
+        check_has_elements(observation_space, "observation_space")
+        check_has_elements(action_space, "action_space")
         super().__init__()
         self.config = config if config is not None else Config()
         """The algorithm's settings (read-only)."""
@@ -249,6 +251,11 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         self.skipped_steps = 0
         """Optimizer steps skipped for a non-finite loss or gradient norm."""
         self._soft_update: SoftUpdate | None = None
+        self._obs_start = (
+            int(observation_space.start)
+            if isinstance(observation_space, gym.spaces.Discrete)
+            else 0
+        )
 
     @abstractmethod
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
@@ -396,6 +403,13 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
             # a copy: torch keeps the given tensors, and two live policies must not share them
             self.optimizers[name].load_state_dict(copy.deepcopy(opt_state))
         self.exploration = state.get("exploration")
+
+    def obs_input(self, obs: Obs) -> Tensor:
+        """``obs`` as the flat networks take it: a ``Discrete(n, start=k)`` observation as
+        its index ``0 .. n-1`` (the buffer keeps the env's value), any other as is."""
+        # flat_dim rejected dict observation spaces in the built-in policies' constructors
+        assert isinstance(obs, Tensor)
+        return obs - self._obs_start if self._obs_start else obs
 
     def to_tensor(self, obs: Obs) -> Obs:
         """Observations moved to the policy's device as float tensors where needed."""

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,7 +23,7 @@ from torch import Tensor, nn
 from epochtrain.algorithms.base import Policy, TrainerKind, categorical_sample, resolve_config
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.nets import MLP, flat_dim
+from epochtrain.nets import MLP, box_bounds, flat_dim
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
 __all__ = ["BC", "BCConfig", "BCTrainingStats"]
@@ -35,12 +34,6 @@ class BCTrainingStats(TrainingStats):
     """Stats of BC gradient steps: cross-entropy (discrete) or MSE (continuous) loss."""
 
     loss: SequenceSummaryStats
-
-
-def _tensor(obs: Obs) -> Tensor:
-    # flat_dim rejected dict observation spaces in the constructor
-    assert isinstance(obs, Tensor)
-    return obs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,13 +72,11 @@ class BC(Policy[BCTrainingStats]):
         cfg = resolve_config(BCConfig, config, overrides)
         if isinstance(action_space, gym.spaces.Discrete):
             out_dim = int(action_space.n)
-        elif (
-            isinstance(action_space, gym.spaces.Box)
-            and len(action_space.shape) == 1
-            and bool(np.all(np.isfinite(action_space.low)))
-            and bool(np.all(np.isfinite(action_space.high)))
-        ):
-            out_dim = int(action_space.shape[0])
+            # unused: Discrete actions are not squashed
+            center, half = torch.full((out_dim,), 0.5), torch.full((out_dim,), 0.5)
+        elif isinstance(action_space, gym.spaces.Box):
+            center, half = box_bounds(action_space, "BC")  # a Box it cannot take: says why
+            out_dim = int(center.shape[0])
         else:
             raise ValueError(
                 "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
@@ -94,12 +85,7 @@ class BC(Policy[BCTrainingStats]):
         super().__init__(observation_space, action_space, cfg, device=device)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.net = MLP(flat_dim(observation_space), out_dim, cfg.hidden, nn.ReLU)
-        low, high = np.zeros(out_dim), np.ones(out_dim)
-        if isinstance(action_space, gym.spaces.Box):
-            low, high = action_space.low, action_space.high
         # map tanh's (-1, 1) to (low, high): action = center + half_range * tanh(out)
-        center = torch.as_tensor((high + low) / 2, dtype=torch.float32)
-        half = torch.as_tensor((high - low) / 2, dtype=torch.float32)
         self.register_buffer("action_center", center)
         self.register_buffer("action_half_range", half)
         self.to(self.device)
@@ -111,7 +97,7 @@ class BC(Policy[BCTrainingStats]):
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
         """Imitated actions for a batch of observations; no extras."""
-        out = self.net(_tensor(obs))
+        out = self.net(self.obs_input(obs))
         if not self.discrete:
             return self.squash(out), {}
         if deterministic:
@@ -121,7 +107,7 @@ class BC(Policy[BCTrainingStats]):
     def learn(self, batch: Batch) -> BCTrainingStats:
         """One gradient step of cross-entropy (discrete) or MSE (continuous) on ``batch``."""
         batch = batch.to(self.device)
-        out = self.net(_tensor(batch.obs))
+        out = self.net(self.obs_input(batch.obs))
         if self.discrete:
             loss = F.cross_entropy(out, batch.act.long().reshape(-1))
         else:

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from epochtrain.algorithms.base import TrainerKind, resolve_config
 from epochtrain.algorithms.sac import SACBase, SACConfig, SACTrainingStats
 from epochtrain.config import param
-from epochtrain.data.batch import Batch, Obs
+from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 
 __all__ = ["CQL", "CQLConfig", "CQLTrainingStats"]
@@ -51,12 +51,6 @@ class CQLTrainingStats(SACTrainingStats):
     loss_cql: SequenceSummaryStats
     cql_penalty: SequenceSummaryStats
     cql_weight: SequenceSummaryStats
-
-
-def _tensor(obs: Obs) -> Tensor:
-    # flat_dim rejected dict observation spaces in the constructor
-    assert isinstance(obs, Tensor)
-    return obs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,14 +112,16 @@ class CQL(SACBase[CQLTrainingStats]):
 
     def cql_penalty(self, batch: Batch, q_data: Tensor) -> Tensor:
         """Per critic ``mean_s[logsumexp_a Q(s, a) - Q(s, a_data)]``, shaped ``[2]``."""
-        obs = _tensor(batch.obs)
+        obs = self.obs_input(batch.obs)
         if self.discrete:
             return (self.q_all(obs).logsumexp(dim=-1) - q_data).mean(dim=-1)
         n, k = obs.shape[0], self.n_action_samples
         obs_rep = obs.repeat_interleave(k, dim=0)
         with torch.no_grad():
             act_now, logp_now = self.sample(obs_rep)
-            act_next, logp_next = self.sample(_tensor(batch.obs_next).repeat_interleave(k, dim=0))
+            act_next, logp_next = self.sample(
+                self.obs_input(batch.obs_next).repeat_interleave(k, dim=0)
+            )
         act_random = torch.rand_like(act_now) * 2.0 - 1.0
         log_density_random = -self.act_dim * math.log(2.0)
         acts = torch.cat([act_random, act_now, act_next])
@@ -153,7 +149,7 @@ class CQL(SACBase[CQLTrainingStats]):
             # dual ascent: the multiplier grows while the weighted penalty exceeds the threshold
             gap = (weighted.detach() - self.lagrange_threshold).sum()
             self.optimize("cql_weight", -self.log_cql_weight.exp().clamp(max=1e6) * gap)
-        loss_actor, loss_alpha, alpha, entropy = self.actor_alpha_step(_tensor(batch.obs))
+        loss_actor, loss_alpha, alpha, entropy = self.actor_alpha_step(self.obs_input(batch.obs))
         self.update_targets()
         single = SequenceSummaryStats.single
         return CQLTrainingStats(

@@ -78,7 +78,13 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         policy_delay: int,
         device: str | torch.device,
     ) -> None:
-        center, half_range = box_bounds(action_space)
+        algo = type(self).__name__
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(
+                f"action_space must be a 1-d gymnasium.spaces.Box for {algo}, got "
+                f"{action_space!r}: for Discrete actions use dqn, sac (discrete) or ppo"
+            )
+        center, half_range = box_bounds(action_space, algo)
         obs_dim = flat_dim(observation_space)
         super().__init__(observation_space, action_space, config, device=device)
         hidden = config.hidden
@@ -111,10 +117,8 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
 
     # ------------------------------------------------------------------ acting
     def preprocess_obs(self, obs: Obs) -> Tensor:
-        """Observations as the networks see them; the default passes them through."""
-        # flat_dim rejected dict observation spaces in the constructor
-        assert isinstance(obs, Tensor)
-        return obs
+        """Observations as the networks see them; the default is :meth:`obs_input`."""
+        return self.obs_input(obs)
 
     def pi(self, obs: Tensor) -> Tensor:
         """The actor's normalised action ``tanh(actor(obs))`` in ``(-1, 1)``."""

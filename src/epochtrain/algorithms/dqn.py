@@ -61,12 +61,6 @@ class DQNTrainingStats(TrainingStats):
     epsilon: SequenceSummaryStats
 
 
-def _tensor(obs: Obs) -> Tensor:
-    # flat_dim rejected dict observation spaces in the constructor
-    assert isinstance(obs, Tensor)
-    return obs
-
-
 class DuelingQNet(nn.Module):
     """Dueling Q head (Wang et al. 2016): ``Q = V + A - mean_a A`` on a shared trunk.
 
@@ -233,7 +227,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         Deterministic acting is greedy unless the user set :attr:`exploration` (e.g. an
         evaluation epsilon in ``test_fn``).
         """
-        q = self.q_net(_tensor(obs))
+        q = self.q_net(self.obs_input(obs))
         actions = q.argmax(dim=-1)
         epsilon = self.epsilon
         if (not deterministic or self.exploration is not None) and epsilon > 0.0:
@@ -258,7 +252,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         bootstrap: a truncated transition still bootstraps from its true final
         observation ``obs_next``.
         """
-        obs_next = _tensor(batch.obs_next)
+        obs_next = self.obs_input(batch.obs_next)
         q_next_target = self.target_net(obs_next)
         if self.double_q:
             best = self.q_net(obs_next).argmax(dim=-1, keepdim=True)
@@ -276,7 +270,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         """
         batch = batch.to(self.device)
         target = self.compute_target(batch)
-        q_all = self.q_net(_tensor(batch.obs))
+        q_all = self.q_net(self.obs_input(batch.obs))
         q = q_all.gather(-1, batch.act.long().reshape(-1, 1)).squeeze(-1)
         per_sample = F.smooth_l1_loss(q, target, reduction="none")
         if batch.weight is None:

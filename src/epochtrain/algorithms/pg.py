@@ -26,7 +26,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from epochtrain.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy, obs_tensor
+from epochtrain.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy
 from epochtrain.algorithms.base import resolve_config
 from epochtrain.config import param
 from epochtrain.data.batch import Batch
@@ -98,7 +98,7 @@ class PG(ActorCriticPolicy[PGTrainingStats]):
     def learn(self, batch: Batch) -> PGTrainingStats:
         """One gradient step of the REINFORCE loss (plus the baseline's MSE) on ``batch``."""
         batch = batch.to(self.device)
-        obs = obs_tensor(batch.obs)
+        obs = self.obs_input(batch.obs)
         adv, ret = self.advantages(batch), batch.ret
         assert ret is not None
         logp, entropy = self.log_prob_entropy(obs, batch.act)

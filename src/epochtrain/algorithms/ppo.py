@@ -32,7 +32,6 @@ from epochtrain.algorithms.actor_critic import (
     ActorCriticPolicy,
     AdvantageConfig,
     explained_from,
-    obs_tensor,
 )
 from epochtrain.algorithms.base import resolve_config, size_groups
 from epochtrain.config import param
@@ -123,7 +122,7 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         """
         batch = super().process_rollout(batch)
         n_time, n_env = batch.shape
-        obs = obs_tensor(batch.obs)
+        obs = self.obs_input(batch.obs)
         flat_obs = obs.reshape(n_time * n_env, *obs.shape[2:])
         flat_act = batch.act.reshape(n_time * n_env, *batch.act.shape[2:])
         logp = self.log_prob(flat_obs, flat_act).reshape(n_time, n_env)
@@ -136,7 +135,7 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         assert ret is not None and old_logp is not None, (
             "PPO.learn needs a batch with logp that went through process_rollout"
         )
-        obs = obs_tensor(batch.obs)
+        obs = self.obs_input(batch.obs)
         adv = self.advantages(batch)
         # with ent_coef 0 the entropy is only reported: no gradient flows through it, and
         # leaving the exact 0 term out of the loss changes no bit of the loss or the weights;

@@ -85,12 +85,6 @@ class SACTrainingStats(TrainingStats):
 TSACStats = TypeVar("TSACStats", bound=SACTrainingStats)
 
 
-def _tensor(obs: Obs) -> Tensor:
-    # flat_dim rejected dict observation spaces in the constructor
-    assert isinstance(obs, Tensor)
-    return obs
-
-
 @dataclass(frozen=True, kw_only=True)
 class SACConfig(Config):
     """SAC settings, the paper's (Haarnoja et al. 2018): lr 3e-4, 256x256 nets, tau 0.005,
@@ -159,7 +153,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
                     f"gymnasium.spaces.Box with finite bounds for {type(self).__name__}, "
                     f"got {action_space!r}"
                 )
-            bounds = box_bounds(action_space)  # a Box it cannot take: says why
+            bounds = box_bounds(action_space, type(self).__name__)  # a Box it cannot take: says why
         super().__init__(observation_space, action_space, config, device=device)
         self.discrete = discrete
         self.gamma, self.tau, self.n_step = config.gamma, config.tau, config.n_step
@@ -204,7 +198,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
     # ------------------------------------------------------------------ acting
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
         """Sampled actions (or the most likely / the tanh of the mean); no extras."""
-        out = self.actor(_tensor(obs))
+        out = self.actor(self.obs_input(obs))
         if self.discrete:
             if deterministic:
                 return out.argmax(dim=-1), {}
@@ -273,7 +267,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         sampled ``a'`` for Box actions, the exact expectation for Discrete ones. Only
         termination cuts the bootstrap; truncated transitions bootstrap from ``obs_next``.
         """
-        obs_next = _tensor(batch.obs_next)
+        obs_next = self.obs_input(batch.obs_next)
         alpha = self.log_alpha.exp()
         if self.discrete:
             logp = self.action_log_probs(obs_next)
@@ -290,7 +284,7 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         """Soft TD loss (half the sum of both critics' MSE) and ``Q(s, a)``, ``[2, batch]``."""
         target = self.compute_target(batch)
         act = batch.act if self.discrete else self.unscale(batch.act)
-        q = self.q_values(_tensor(batch.obs), act)
+        q = self.q_values(self.obs_input(batch.obs), act)
         loss = 0.5 * (q - target.unsqueeze(0)).pow(2).mean(dim=-1).sum()
         return loss, q
 
@@ -352,7 +346,7 @@ class SAC(SACBase[SACTrainingStats]):
         batch = batch.to(self.device)
         loss, q = self.critic_td_loss(batch)
         loss_critic = self.optimize("critic", loss, isolated=True)
-        loss_actor, loss_alpha, alpha, entropy = self.actor_alpha_step(_tensor(batch.obs))
+        loss_actor, loss_alpha, alpha, entropy = self.actor_alpha_step(self.obs_input(batch.obs))
         self.update_targets()
         single = SequenceSummaryStats.single
         return SACTrainingStats(
