@@ -128,6 +128,17 @@ def test_a_buffer_larger_than_the_memory_available_is_refused_naming_buffer_size
     assert len(small) == 2
 
 
+def test_a_buffer_of_more_rows_than_memory_holds_is_built_and_refused_at_its_first_add() -> None:
+    # its per-row bookkeeping is made with the storage, after the memory check (a list of
+    # 10**11 rows would raise a bare MemoryError when the buffer is built)
+    buf = ReplayBuffer(10**11, 1)
+    obs = np.zeros((1, 4), np.float32)
+    with pytest.raises(ValueError, match=r"buffer_size=100,000,000,000 transitions"):
+        buf.add(obs, np.zeros(1, np.int64), np.zeros(1), np.zeros(1, bool), np.zeros(1, bool), obs)
+    buf.clear()  # and stays usable
+    assert len(buf) == 0
+
+
 def test_make_trainer_refuses_a_buffer_too_large_before_any_work_and_closes_its_envs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

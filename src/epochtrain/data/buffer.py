@@ -86,8 +86,9 @@ class ReplayBuffer:
         self._views: dict[str, Any] = {}
         self._flat: dict[str, Any] = {}  # the views as [rows * envs, ...]: sampling gathers
         self._flat_obs = True  # obs are one array (not a dict): written without recursion
-        # Invalid transitions per time row, so overwriting a row needs no scan of it.
-        self._row_invalid = [0] * self.rows
+        # Invalid transitions per time row, so overwriting a row needs no scan of it; made
+        # with the storage, after its memory check (a list of 1e10 rows would not fit)
+        self._row_invalid: list[int] = []
 
     # ----------------------------------------------------------------- writing
     def add(
@@ -180,6 +181,7 @@ class ReplayBuffer:
 
     def _set_storage(self, storage: dict[str, Any]) -> None:
         self._storage = storage
+        self._row_invalid = [0] * self.rows
         self._views = {k: numpy_views(v) for k, v in storage.items()}
         self._flat = {k: flat_views(v) for k, v in self._views.items()}
         self._flat_obs = isinstance(storage["obs"], Tensor)
@@ -191,7 +193,7 @@ class ReplayBuffer:
         self._cursor = 0
         self._size = 0
         self._n_invalid = 0
-        self._row_invalid = [0] * self.rows
+        self._row_invalid = [0] * len(self._row_invalid)
 
     # ----------------------------------------------------------------- reading
     @property
@@ -425,9 +427,9 @@ class ReplayBuffer:
         self._layout += 1
         self._cursor = int(state["cursor"])
         self._size = int(state["size"])
-        self._row_invalid = [0] * self.rows
         if storage is None:
             self._storage, self._views, self._flat = None, {}, {}
+            self._row_invalid = []
         else:
             self._set_storage(storage)
             # Rows past the fill level may hold stale flags from before a clear().
@@ -458,6 +460,8 @@ class ReplayBuffer:
         self._clears = mark.clears
         self._layout += 1
         self._row_invalid = list(mark.row_invalid)
+        if self._storage is not None and not self._row_invalid:  # marked before the storage
+            self._row_invalid = [0] * self.rows
         if overwritten and self._storage is not None:
             self._storage["valid"][overwritten] = False
             for row in overwritten:
