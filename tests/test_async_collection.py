@@ -221,12 +221,22 @@ def test_the_buffer_and_counters_match_a_synchronous_run_and_the_utd_ratio_is_lo
         sync_buffer.n_valid,
         sync_buffer.cursor,
     )
-    ratios = [(step, data) for scope, step, data in log.records if "train/utd_ratio" in data]
-    assert ratios and not any("train/utd_ratio" in data for _, _, data in sync_log.records)
+    ratios = [
+        (step, data)
+        for scope, step, data in log.records
+        if "train/gradient_steps_per_env_step" in data
+    ]
+    assert ratios and not any(
+        "train/gradient_steps_per_env_step" in data for _, _, data in sync_log.records
+    )
     assert all(data["train/overlap_time"] >= 0.0 for _, data in ratios)
     last_step, last = ratios[-1]
     assert last_step == run.state.env_step
-    assert 0.0 < last["train/utd_ratio"] <= run.state.gradient_step / run.state.env_step
+    assert (
+        0.0
+        < last["train/gradient_steps_per_env_step"]
+        <= run.state.gradient_step / run.state.env_step
+    )
     assert run.async_overlap_time > 0.0
 
 

@@ -395,9 +395,13 @@ def _record(
     trainer.async_overlap_time += overlap
     state, logger = trainer.state, trainer.logger
     if logger.last_logged_step("train") == state.env_step:
+        # the update-to-data ratio in gradient steps; the UTDRatio hook's
+        # train/utd_ratio counts transitions learned from, so the tags differ
         utd = state.gradient_step / max(state.env_step, 1)
         logger.log_data(
-            "train", state.env_step, {"train/utd_ratio": utd, "train/overlap_time": overlap}
+            "train",
+            state.env_step,
+            {"train/gradient_steps_per_env_step": utd, "train/overlap_time": overlap},
         )
     return stat
 
