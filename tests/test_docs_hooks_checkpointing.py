@@ -43,6 +43,9 @@ def test_hooks_doc_covers_every_point_and_builtin() -> None:
         and name != "TrainerHook"
     ]
     assert len(builtins) == 11
+    import epochtrain
+
     for name in builtins:
         assert f"| `{name}(" in text, name
+        assert getattr(epochtrain, name) is getattr(trainer_pkg, name), name  # as the doc says
         assert re.search(rf"```python\n[^`]*\b{name}\(", text), f"no example of {name}"

@@ -82,6 +82,7 @@ from epochtrain.trainer import (
     TrainerHook,
     TrainerParams,
     UTDRatio,
+    VideoRecorder,
 )
 
 __version__ = "0.1.0"
@@ -162,6 +163,7 @@ __all__ = [
     "TrainerParams",
     "TrainingStats",
     "UTDRatio",
+    "VideoRecorder",
     "__version__",
     "make_trainer",
     "register",
