@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +50,17 @@ def test_hooks_doc_covers_every_point_and_builtin() -> None:
         assert f"| `{name}(" in text, name
         assert getattr(epochtrain, name) is getattr(trainer_pkg, name), name  # as the doc says
         assert re.search(rf"```python\n[^`]*\b{name}\(", text), f"no example of {name}"
+
+
+def test_the_logging_doc_example_runs_and_its_trainer_writes_to_both_loggers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (block,) = re.findall(r"```python\n(.*?)```", (DOCS / "logging.md").read_text(), re.DOTALL)
+    namespace: dict[str, Any] = {}
+    exec(compile(block, str(DOCS / "logging.md"), "exec"), namespace)
+    with namespace["trainer"] as trainer:
+        assert trainer.logger is namespace["logger"]
+        next(trainer)
+    assert (tmp_path / "runs" / "ppo-cartpole" / "log.jsonl").read_text()
+    assert list((tmp_path / "runs" / "ppo-cartpole").glob("events.out.tfevents.*"))
