@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -299,3 +301,71 @@ def test_params_resume_from_builds_the_trainer_and_restores_it(tmp_path: Path) -
     )
     assert isinstance(resumed, OffpolicyTrainer) and resumed.state.epoch == 1
     assert [comparable(s) for s in resumed] == full[1:]
+
+
+def _resume_warnings(**settings: Any) -> list[str]:
+    """The warnings of a DQN trainer built with ``settings`` (resume_from among them)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = make_trainer("dqn", "CartPole-v1", **TINY_DQN, **settings)
+    del trainer  # lets go of the checkpoint_dir
+    gc.collect()
+    return [str(w.message) for w in caught]
+
+
+TINY_DQN: dict[str, Any] = dict(
+    max_epoch=1, step_per_epoch=32, warmup_steps=16, num_test_envs=1, episode_per_test=1,
+    show_progress=False, stop_fn=None,
+)  # fmt: skip
+
+
+PATHS = {"logdir": "run", "checkpoint_dir": "run/checkpoints"}
+
+
+def _run_in_a_with_relative_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run a tiny DQN with :data:`PATHS` from ``tmp_path/a`` (the cwd after this; ``b``
+    is made beside it); returns its checkpoint."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = make_trainer("dqn", "CartPole-v1", **TINY_DQN, **PATHS)
+    first.run()
+    del first
+    gc.collect()
+    (ckpt,) = find_checkpoints(tmp_path / "a" / "run" / "checkpoints")
+    return ckpt
+
+
+def test_directories_are_recorded_absolute_and_compared_as_the_directories_they_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt = _run_in_a_with_relative_paths(tmp_path, monkeypatch)
+    run = (tmp_path / "a" / "run").resolve()
+    settings = read_manifest(ckpt)["settings"]
+    assert settings["logging"]["logdir"] == str(run)
+    assert settings["trainer"]["checkpoint_dir"] == str(run / "checkpoints")
+    absolute = {"logdir": str(run), "checkpoint_dir": str(run / "checkpoints")}
+    assert _resume_warnings(**PATHS, resume_from=str(ckpt)) == []
+    monkeypatch.chdir(tmp_path / "b")
+    assert _resume_warnings(**absolute, resume_from=str(ckpt)) == []
+
+
+def test_an_older_checkpoints_relative_directories_name_the_same_ones_from_either_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt = _run_in_a_with_relative_paths(tmp_path, monkeypatch)
+    manifest = json.loads((ckpt / MANIFEST).read_text())  # as an older epochtrain wrote it:
+    manifest["settings"]["logging"]["logdir"] = "run"  # relative to a cwd it did not record
+    manifest["settings"]["trainer"]["checkpoint_dir"] = "run/checkpoints"
+    (ckpt / MANIFEST).write_text(json.dumps(manifest))
+    run = (tmp_path / "a" / "run").resolve()
+    absolute = {"logdir": str(run), "checkpoint_dir": str(run / "checkpoints")}
+    assert _resume_warnings(**absolute, resume_from=str(ckpt)) == []  # from its own cwd
+    monkeypatch.chdir(tmp_path / "b")  # the run's cwd is inferred from the checkpoint's place
+    assert _resume_warnings(**absolute, resume_from=str(ckpt)) == []
+    other = str(tmp_path / "b" / "other")
+    (changed,) = _resume_warnings(
+        logdir=other, checkpoint_dir=str(run / "checkpoints"), resume_from=str(ckpt)
+    )
+    assert f"logging.logdir: saved 'run', now '{other}'" in changed
+    assert "checkpoint_dir" not in changed

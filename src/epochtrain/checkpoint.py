@@ -315,11 +315,11 @@ def _compare_with_trainer(
             )
     changed: list[str] = []
     if "settings" in manifest:
-        from epochtrain.trainer.params import compare_settings
+        from epochtrain.trainer.params import compare_settings, match_saved_paths
 
-        changed = compare_settings(
-            trainer.resume_settings(), manifest["settings"], trainer.setting_defaults()
-        )
+        settings = trainer.resume_settings()
+        saved = match_saved_paths(settings, manifest["settings"], ckpt.parent)
+        changed = compare_settings(settings, saved, trainer.setting_defaults())
     if manifest.get("hooks") is not None:
         from epochtrain.trainer.hooks import compare_hook_settings
 

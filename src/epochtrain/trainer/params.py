@@ -9,17 +9,20 @@ The objects a trainer works on (policy, collectors, logger, hooks, callbacks) ar
 they are the trainer constructor's other keyword arguments, checked with the params by
 :func:`~epochtrain.trainer.checks.check_arguments` before any work starts.
 
-A checkpoint stores the settings of the run that wrote it (:func:`settings_of`); a resume
-compares them with the resuming trainer's (:func:`compare_settings`), a setting the
-checkpoint predates counting as unchanged while it is at its default
-(:func:`setting_defaults_of`).
+A checkpoint stores the settings of the run that wrote it (:func:`settings_of`, its
+directories absolute); a resume compares them with the resuming trainer's
+(:func:`compare_settings`), a setting the checkpoint predates counting as unchanged while
+it is at its default (:func:`setting_defaults_of`), and a directory it recorded relative
+(an older checkpoint) as unchanged while it names the same one (:func:`match_saved_paths`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from epochtrain.config import Config, param
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
 
 __all__ = [
+    "PATH_SETTINGS",
     "SAFE_TO_CHANGE",
     "OfflineParams",
     "OffpolicyParams",
@@ -36,6 +40,7 @@ __all__ = [
     "SettingsMismatchError",
     "TrainerParams",
     "compare_settings",
+    "match_saved_paths",
     "setting_defaults_of",
     "settings_of",
 ]
@@ -182,19 +187,90 @@ class SettingsMismatchError(ValueError):
         self.detail = detail
 
 
+PATH_SETTINGS = ("logging.logdir", "trainer.checkpoint_dir")
+"""Settings that name a directory: :func:`settings_of` gives them as absolute paths, so a
+checkpoint records the directory whatever the working directory was, and a resume compares
+the directories they name (:func:`match_saved_paths` for older, relative records)."""
+
+
 def settings_of(trainer: BaseTrainer[Any]) -> dict[str, Any]:
     """``trainer``'s :meth:`~BaseTrainer.resume_settings`: its spec, or else its params, the
-    policy's config, the buffer kind and the env id."""
+    policy's config, the buffer kind and the env id; :data:`PATH_SETTINGS` made absolute."""
     if trainer.spec is not None:
-        return dict(trainer.spec)
+        return _absolute_paths(dict(trainer.spec))
     envs = [collector.env for _, collector in trainer._collectors()]
     env_spec = getattr(envs[0], "spec", None) if envs else None
-    return {
-        "trainer": trainer.params.to_dict(),
-        "config": trainer.policy.config.to_dict(),
-        "buffer": {"kind": trainer._buffer_kind()},
-        "env_id": None if env_spec is None else env_spec.id,
-    }
+    return _absolute_paths(
+        {
+            "trainer": trainer.params.to_dict(),
+            "config": trainer.policy.config.to_dict(),
+            "buffer": {"kind": trainer._buffer_kind()},
+            "env_id": None if env_spec is None else env_spec.id,
+        }
+    )
+
+
+def _absolute_paths(settings: dict[str, Any]) -> dict[str, Any]:
+    for key in PATH_SETTINGS:
+        value = _setting(settings, key)
+        if isinstance(value, str) and value:
+            settings = _replaced(settings, key, os.fspath(Path(value).resolve()))
+    return settings
+
+
+def match_saved_paths(
+    own: Mapping[str, Any], saved: Mapping[str, Any], location: Path
+) -> dict[str, Any]:
+    """``saved`` (a checkpoint's settings) with each relative :data:`PATH_SETTINGS` value
+    replaced by ``own``'s when both name the same directory.
+
+    A checkpoint written before these were recorded absolute holds them relative to a
+    working directory it did not record. They name ``own``'s directory when they resolve
+    to it from the current working directory, or from the run's own, inferred from
+    ``location`` (where the checkpoint is now, the directory holding it): the saved
+    relative ``checkpoint_dir`` must be the trailing part of ``location``.
+    """
+    bases = [Path.cwd()]
+    old_cwd = _run_cwd(_setting(saved, "trainer.checkpoint_dir"), location)
+    if old_cwd is not None:
+        bases.append(old_cwd)
+    out = dict(saved)
+    for key in PATH_SETTINGS:
+        then, now = _setting(saved, key), _setting(own, key)
+        if not (isinstance(then, str) and then and isinstance(now, str) and now):
+            continue
+        if not Path(then).is_absolute():
+            target = Path(now).resolve()
+            if any((base / then).resolve() == target for base in bases):
+                out = _replaced(out, key, now)
+    return out
+
+
+def _run_cwd(checkpoint_dir: Any, location: Path) -> Path | None:
+    """The working directory from which ``checkpoint_dir`` (relative) named ``location``."""
+    if not isinstance(checkpoint_dir, str) or not checkpoint_dir:
+        return None
+    relative = Path(os.path.normpath(checkpoint_dir))
+    if relative.is_absolute() or ".." in relative.parts:
+        return None
+    here = location.resolve().parts
+    n = len(relative.parts)
+    if n >= len(here) or here[len(here) - n :] != relative.parts:
+        return None
+    return Path(*here[: len(here) - n])
+
+
+def _setting(settings: Mapping[str, Any], key: str) -> Any:
+    """The value of the dotted ``key`` (``section.name``) in nested ``settings``, or None."""
+    section, _, name = key.partition(".")
+    part = settings.get(section)
+    return part.get(name) if isinstance(part, Mapping) else None
+
+
+def _replaced(settings: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A copy of ``settings`` with the dotted ``key`` set to ``value`` (its section exists)."""
+    section, _, name = key.partition(".")
+    return {**settings, section: {**settings[section], name: value}}
 
 
 def setting_defaults_of(trainer: BaseTrainer[Any]) -> dict[str, Any]:

@@ -170,9 +170,27 @@ def check_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> 
     check_policy_state(trainer.policy, state["policy"])
     if isinstance(state.get("logger"), Mapping):
         trainer.logger.check_resume(state["logger"])  # a LoggerResumeError refuses it all
-    test = trainer.test_collector
-    if test is not None and state["test_collector"] is not None:
-        test.check_state_dict(state["test_collector"])
+    test, saved_test = trainer.test_collector, _test_collector_state(trainer, state)
+    if test is not None and saved_test is not None:
+        test.check_state_dict(saved_test)
+
+
+def _test_collector_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> Any:
+    """The saved test-collector state to restore, or None to keep the trainer's own.
+
+    Every test step resets the test envs with a seed drawn from the trainer's stream
+    (``BaseTrainer._test_step``), so the test collector's in-flight episodes are not part
+    of what was computed: a resume with another number of test envs (``num_test_envs``,
+    or ``episode_per_test``, which caps it) leaves them out instead of refusing.
+    """
+    test, saved = trainer.test_collector, state["test_collector"]
+    if test is None or saved is None:
+        return None
+    if isinstance(saved, Mapping) and isinstance(saved.get("ep_return"), np.ndarray):
+        ep_return: np.ndarray = saved["ep_return"]
+        if ep_return.ndim == 1 and len(ep_return) != test.num_envs:
+            return None
+    return saved
 
 
 @contextmanager
@@ -212,15 +230,27 @@ def load_trainer_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> N
     trainer.state = RunState(**{f.name: counters[f.name] for f in dataclasses.fields(RunState)})
     for name in FLAGS:
         setattr(trainer, name, counters[name])
-    if trainer.stop_reason == "max_epoch" and trainer.state.epoch < trainer.params.max_epoch:
-        # resumed with a larger max_epoch: the run goes on
+    if _goes_on(trainer):
         trainer._finished, trainer.stop_reason = False, None
     trainer._rng_state = state["rng"]
     trainer._mov_avg = defaultdict(MovAvg)
     for key, avg_state in state["mov_avg"].items():
         trainer._mov_avg[key].load_state_dict(avg_state)
-    if trainer.test_collector is not None and state["test_collector"] is not None:
-        trainer.test_collector.load_state_dict(state["test_collector"])
+    saved_test = _test_collector_state(trainer, state)
+    if trainer.test_collector is not None and saved_test is not None:
+        trainer.test_collector.load_state_dict(saved_test)
+
+
+def _goes_on(trainer: BaseTrainer[Any]) -> bool:
+    """Whether a run that had finished goes on under the resumed trainer's settings: it
+    ended by ``max_epoch``, or by ``stop_fn`` that no longer holds at the saved best test
+    return (``stop_fn`` None, or a higher goal), and its ``max_epoch`` allows more epochs.
+    Other endings (a hook's ``request_stop``, ``on_nonfinite``) stay final."""
+    if trainer.state.epoch >= trainer.params.max_epoch:
+        return False
+    if trainer.stop_reason == "stop_fn":
+        return not trainer._stop_fn_fired()
+    return trainer.stop_reason == "max_epoch"
 
 
 def load_logger_state(trainer: BaseTrainer[Any], state: Mapping[str, Any]) -> None:
