@@ -90,3 +90,17 @@ def test_resume_and_eval_errors_exit_2_with_one_line(
     assert "holds no complete checkpoint" in capsys.readouterr().err
     assert main(["eval", str(tmp_path), "--episodes", "0"]) == 2
     assert "--episodes must be >= 1" in capsys.readouterr().err
+
+
+def test_the_printed_resume_command_of_a_relative_logdir_warns_of_no_changed_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*TRAIN, "--max-epoch", "1", "--logdir", "rel", "--stop-at", "1e9"]) == 0
+    (run_dir,) = Path("rel").iterdir()  # relative, as the user typed it
+    capsys.readouterr()
+    more = [*TRAIN, "--max-epoch", "2", "--logdir", "rel", "--stop-at", "1e9"]
+    assert main([*more, "--resume", str(run_dir / "checkpoints")]) == 0
+    err = capsys.readouterr().err
+    assert "changed settings" in err and "trainer.max_epoch: saved 1, now 2" in err
+    assert "logdir" not in err and "checkpoint_dir" not in err

@@ -101,6 +101,19 @@ def test_short_run_writes_tensorboard_logs(tmp_path: Path) -> None:
     assert "Epoch #1:" in result.stdout
     assert "mean test return" in result.stdout
     assert list(tmp_path.rglob("events.out.tfevents.*"))
+    assert "Run directory (spec.toml, TensorBoard logs): " in result.stdout
+
+
+def test_the_closing_line_names_what_the_run_directory_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "--algo", "ppo", "--max-epoch", "1", "--step-per-epoch", "256"]
+    quiet = ["--logdir", str(tmp_path), "--no-progress", "--quiet"]
+    assert main([*argv, *quiet, "--set", 'loggers=["jsonl", "csv"]']) == 0
+    out = capsys.readouterr().out
+    (run_dir,) = tmp_path.iterdir()
+    assert f"Run directory (spec.toml, log.csv, log.jsonl): {run_dir}\n" in out
+    assert "TensorBoard" not in out
 
 
 def test_config_prints_the_tuned_spec_with_set_applied(capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,6 +168,30 @@ def test_help_lists_every_setting_from_the_dataclasses(capsys: pytest.CaptureFix
     assert "trainer.update_per_step = 1.0" in out and "--batch-size" in out
     # a None default reads as --set writes it, not as the string "none"
     assert "trainer.resume_from = none " in out and "'none'" not in out
+
+
+def test_help_lists_the_top_level_settings_and_their_flags_state_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from epochtrain import RunSpec
+    from epochtrain.config import fields_info
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    sections = {"algo", "env_id", "config", "trainer", "buffer", "logging"}
+    top = [info for info in fields_info(RunSpec) if info.name not in sections]
+    assert {info.name for info in top} >= {"num_envs", "stop_at", "device", "dataset"}
+    for info in top:
+        assert f"\n  {info.name} = " in out, info.name
+    assert "\n  num_envs = 1  [int (>= 0)]" in out and "\n  device = 'cpu'  [str]" in out
+    threshold = "the env's reward_threshold (none if it has none), as in the tuned spec"
+    assert f"\n  stop_at = {threshold}" in out
+    flat = " ".join(out.split())  # undo the help's line wrapping
+    num_envs = "Training envs (0 for offline algorithms). (int (>= 0); default: 1)"
+    assert f"--num-envs NUM_ENVS {num_envs}" in flat
+    assert f"(float or None; default: {threshold}" in flat
+    assert "(str or None; default: none)" in flat and "(str; default: 'cpu')" in flat
 
 
 @pytest.mark.parametrize(
@@ -268,14 +305,62 @@ def test_a_warning_is_one_line_for_the_user_of_a_command(
 def test_resuming_with_a_changed_setting_names_the_flags_to_drop(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    from epochtrain.cli import _changeable_on_resume
+
     quiet, run_dir = one_epoch_run(tmp_path, capsys)
     changed = ["--algo", "ppo", "--step-per-epoch", "128", "--set", "lr=5e-4"]
     assert main(["train", *changed, "--max-epoch", "2", *quiet, "--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "trainer.step_per_epoch: saved 64, now 128" in err
-    assert "drop --set lr, --step-per-epoch" in err or "drop --step-per-epoch, --set lr" in err
+    assert "drop --set lr=5e-4, --step-per-epoch (a resumed run may change only " in err
     assert "RunSpec" not in err and "manifest" not in err
+    # the options a resume may change are those the trainer accepts as changed
+    allowed = _changeable_on_resume()
+    assert f"may change only {', '.join(allowed)});" in err
+    assert {"--max-epoch", "--stop-at", "--on-nonfinite", "--device", "--num-test-envs"} <= set(
+        allowed
+    )
+    assert "--step-per-epoch" not in allowed and "--checkpoint-dir" in allowed
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (["--set", "repeat_per_collect=3"], "drop --set repeat_per_collect=3 ("),
+        (["--set", "trainer.repeat_per_collect=3"], "drop --set trainer.repeat_per_collect=3 ("),
+        (["--repeat-per-collect", "3"], "drop --repeat-per-collect ("),
+        (["--set", "normalize_advantage=false"], "drop --set normalize_advantage=false ("),
+        (["--test-in-train"], "drop --test-in-train ("),
+        (["--config", "changed.toml"], "drop --config {dir}/changed.toml ("),
+    ],
+)
+def test_a_refused_resume_names_the_option_as_the_user_typed_it(
+    change: list[str], named: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from epochtrain import RunSpec
+
+    quiet, run_dir = one_epoch_run(tmp_path / "runs", capsys)
+    (saved,) = run_dir.glob("spec.toml")
+    RunSpec.from_file(saved).with_overrides({"repeat_per_collect": 3}).to_file(
+        tmp_path / "changed.toml"
+    )
+    change = [word.replace("changed.toml", str(tmp_path / "changed.toml")) for word in change]
+    code = main(["train", "--algo", "ppo", *change, *quiet, "--resume", str(run_dir)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert named.format(dir=tmp_path) in err, err
+
+
+def test_the_docs_list_the_options_a_resume_may_change() -> None:
+    from epochtrain.cli import _changeable_on_resume
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "checkpointing.md"
+    text = " ".join(page.read_text().split())
+    start = text.index("a resumed run may change only")
+    listed = text[start : text.index(")", start)]
+    for option in _changeable_on_resume():
+        assert f"`{option}`" in listed, option
 
 
 def test_none_on_a_flag_sets_none_and_is_not_taken_for_an_absent_flag(
@@ -283,7 +368,8 @@ def test_none_on_a_flag_sets_none_and_is_not_taken_for_an_absent_flag(
 ) -> None:
     assert main(["config", "--algo", "ppo", "--stop-at", "None", "--keep-last", "none"]) == 0
     printed = capsys.readouterr().out
-    assert "stop_at" not in printed and 'keep_last = "none"' in printed  # the preset: 475.0
+    # written, not left out: a spec file without stop_at stops at the env's threshold, 475.0
+    assert 'stop_at = "none"' in printed and 'keep_last = "none"' in printed
     assert main(["config", "--algo", "ppo", "--checkpoint-dir", "None"]) == 0
     assert "checkpoint_dir" not in capsys.readouterr().out  # not a directory named None
     assert main(["config", "--algo", "ppo"]) == 0

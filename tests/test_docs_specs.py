@@ -36,3 +36,12 @@ def test_the_toml_example_loads_and_runs(tmp_path: Path) -> None:
     assert isinstance(trainer, OnpolicyTrainer) and isinstance(trainer.policy, PPO)
     info = trainer.run()
     assert info.epoch == 1 and info.env_step >= 512 and info.gradient_step == 2 * 2 * 256 // 64
+
+
+def test_the_count_of_tuned_cases_is_that_of_the_presets() -> None:
+    from epochtrain import PRESETS
+
+    words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    text = " ".join(PAGE.read_text().split())
+    assert len(PRESETS) < len(words), "spell the count in docs/specs.md and extend words"
+    assert f"all {words[len(PRESETS)]} tuned cases" in text

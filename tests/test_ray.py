@@ -317,6 +317,8 @@ def test_an_unreachable_address_is_one_line_naming_ray_start(
     assert "\n" not in err
     assert err.startswith("epochtrain sweep: error: cannot connect to a Ray cluster at")
     assert "ray start --head" in err
+    # before any work: no experiment.json, lock or run directory
+    assert not (tmp_path / "exp").exists()
 
 
 def test_ray_not_installed_is_one_line_naming_the_extra(
@@ -384,12 +386,15 @@ def test_ctrl_c_before_the_first_epoch_ends_the_sweep_with_130_and_the_continue_
     monkeypatch.setattr(ray_backend, "_ProgressCallback", CtrlCAtTrialStart)
     out = tmp_path / "exp"
     argv = ["sweep", "--algo", "ppo", "--seeds", "0-1", "--out", os.fspath(out)]
-    argv += ["--backend", "ray", "--no-progress", "--max-epoch", "2", "--step-per-epoch", "512"]
+    argv += ["--backend", "ray", "--max-epoch", "2", "--step-per-epoch", "512"]
     assert main(argv) == 130
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    captured = capsys.readouterr()
+    last = captured.err.strip().splitlines()[-1]
     assert last.startswith("epochtrain: interrupted; finished runs and checkpoints are kept"), last
     assert last.endswith("continue with the same command: epochtrain " + " ".join(argv)), last
     assert not list(out.glob("*/result.json"))  # stopped, not recorded as failed
+    # nor shown as failed: a stopped run gets no progress line, as with the other backends
+    assert "ppo-CartPole-v1-s" not in captured.out, captured.out
 
 
 def test_a_trial_reopening_a_run_counts_the_time_of_its_earlier_sessions(tmp_path: Path) -> None:

@@ -54,6 +54,42 @@ def test_every_tuned_spec_round_trips_through_a_file(
     assert RunSpec.from_dict(spec.to_dict()) == spec
 
 
+def test_a_spec_file_without_stop_at_stops_where_the_default_spec_does(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    for env_id, threshold in (("CartPole-v1", 475.0), ("Pendulum-v1", None)):
+        path.write_text(f'algo = "ppo"\nenv_id = "{env_id}"\n')
+        assert RunSpec.from_file(path).stop_at == threshold
+        assert RunSpec.default("ppo", env_id).stop_at == threshold
+        assert RunSpec.from_dict({"algo": "ppo", "env_id": env_id}).stop_at == threshold
+    path.write_text('algo = "ppo"\nenv_id = "CartPole-v1"\nstop_at = "none"\n')
+    assert RunSpec.from_file(path).stop_at is None  # written "none": run every epoch
+    given_none = {"algo": "ppo", "env_id": "CartPole-v1", "stop_at": None}
+    assert RunSpec.from_dict(given_none).stop_at is None
+
+
+def test_a_spec_toml_written_before_stop_at_none_was_written_reloads_as_it_ran(
+    tmp_path: Path,
+) -> None:
+    # the toml of then left None out: every other top-level setting, no stop_at
+    spec = RunSpec.tuned("dqn", "CartPole-v1").with_overrides({"stop_at": None})
+    older = spec.to_toml().replace('stop_at = "none"\n', "")
+    assert "stop_at" not in older
+    (tmp_path / "spec.toml").write_text(older)
+    assert RunSpec.from_file(tmp_path / "spec.toml") == spec
+
+
+@pytest.mark.parametrize("stop_at", [None, 100.0])
+def test_a_spec_that_runs_every_epoch_says_so_in_its_toml_and_reloads_as_it_was(
+    stop_at: float | None, tmp_path: Path
+) -> None:
+    spec = RunSpec.tuned("ppo", "CartPole-v1").with_overrides({"stop_at": stop_at})
+    line = 'stop_at = "none"' if stop_at is None else f"stop_at = {stop_at!r}"
+    assert line in spec.to_toml().splitlines()
+    assert RunSpec.from_file(spec.to_file(tmp_path / "spec.toml")) == spec
+    assert RunSpec.from_file(spec.to_file(tmp_path / "spec.json")) == spec
+    assert RunSpec.from_dict(spec.to_dict()) == spec
+
+
 def test_every_registered_algorithm_has_a_default_spec() -> None:
     for name, entry in ALGORITHMS.items():
         env_id = "Pendulum-v1" if name in ("ddpg", "td3", "td3bc", "cql") else "CartPole-v1"

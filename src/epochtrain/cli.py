@@ -4,10 +4,11 @@
 resolves a :class:`~epochtrain.spec.RunSpec` (the tuned preset, or ``--config run.toml``,
 then the flags, then each ``--set NAME=VALUE``), builds it with
 :func:`epochtrain.make_trainer`, prints one line per epoch, writes the resolved
-``spec.toml`` and TensorBoard logs to ``<logdir>/<env>_<algo>_seed<seed>_<time>`` and ends
-with the mean test return. ``epochtrain config ...`` prints the resolved spec. The flags
-and the settings list in ``--help`` are generated from the spec's dataclasses. Bad options
-exit with status 2 and a one-line message.
+``spec.toml`` and the logs (TensorBoard unless ``logging.loggers`` says otherwise) to
+``<logdir>/<env>_<algo>_seed<seed>_<time>`` and ends with the mean test return.
+``epochtrain config ...`` prints the resolved spec. The flags and the settings list in
+``--help`` are generated from the spec's dataclasses. Bad options exit with status 2 and a
+one-line message.
 
 Checkpoints go to ``<run dir>/checkpoints`` every epoch; ``train ... --resume PATH``
 continues a run and ``epochtrain eval PATH --episodes 10`` tests a checkpoint's policy.
@@ -33,6 +34,7 @@ from epochtrain.spec_args import (
     resolve_spec,
     setting_flags,
     settings_help,
+    spec_flags,
 )
 
 if TYPE_CHECKING:
@@ -183,20 +185,64 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     return spec, run_dir
 
 
-def _resume_mismatch(resume: str, exc: SettingsMismatchError) -> str:
-    """The CLI's words for a ``--resume`` refused over changed settings: the options that
-    changed them, to drop."""
-    flag_of = setting_flags()
+_SET_BY_RESUME = frozenset({"trainer.resume_from", "logging.logdir"})
+"""Settings a resumed run may change that ``train --resume`` sets itself: the checkpoint,
+and the run directory it is in."""
+
+
+def _option_of(setting: str) -> str:
+    """The option that sets ``setting`` (a dotted name): its flag, else ``--set NAME``."""
+    flag = setting_flags().get(setting)
+    return flag if flag is not None else f"--set {setting.rpartition('.')[2]}"
+
+
+def _changeable_on_resume() -> list[str]:
+    """The options of the settings a resumed run may change, in the order of ``--help``:
+    derived from the trainer's :data:`~epochtrain.trainer.params.SAFE_TO_CHANGE` and
+    ``SAFE_OUTSIDE_TRAINER``, less those ``--resume`` sets itself."""
+    from epochtrain.trainer.params import SAFE_OUTSIDE_TRAINER, SAFE_TO_CHANGE
+
+    safe = {f"trainer.{name}" for name in SAFE_TO_CHANGE} | SAFE_OUTSIDE_TRAINER
+    safe -= _SET_BY_RESUME
+    with_flag = [name for name in setting_flags() if name in safe]
+    return [_option_of(name) for name in [*with_flag, *sorted(safe - set(with_flag))]]
+
+
+def _options_given(args: argparse.Namespace, spec: Any) -> dict[str, str]:
+    """``{setting: the option of this command line that set it}``, as typed: a flag
+    (``--no-async-collection``) or ``--set NAME=VALUE`` (the last one naming the setting;
+    ``--set`` applies after the flags)."""
+    given: dict[str, str] = {}
+    for flag, (name, info) in spec_flags().items():
+        value = getattr(args, flag.replace("-", "_"), None)
+        if info.type is bool and value is not None:
+            given[name] = f"--{flag}" if value else f"--no-{flag}"
+        elif info.type is not bool and hasattr(args, flag.replace("-", "_")):
+            given[name] = f"--{flag}"
+    for item in args.set:
+        section, field = spec.resolve_name(item.partition("=")[0].strip())
+        given[field if section is None else f"{section}.{field}"] = f"--set {item}"
+    return given
+
+
+def _resume_mismatch(args: argparse.Namespace, spec: Any, exc: SettingsMismatchError) -> str:
+    """The CLI's words for a ``--resume`` refused over changed settings: the options of
+    this command line that changed them, to drop (``--config FILE`` for one the file
+    changed), and the options a resumed run may change."""
+    given = _options_given(args, spec)
     options = []
     for setting in exc.settings:
-        name = setting.removeprefix("config.")
-        flag = flag_of.get(name) or flag_of.get(setting)
-        options.append(flag if flag is not None else f"--set {name}")
+        if setting in given:
+            options.append(given[setting])
+        elif args.config is not None:
+            options.append(f"--config {args.config}")
+        else:
+            options.append(_option_of(setting))
     return (
-        f"--resume {resume}: the checkpoint's run has other settings ({exc.detail}). To continue "
-        f"it, drop {', '.join(dict.fromkeys(options))} (a resumed run may change only "
-        "--max-epoch, --episode-per-test, the checkpoint and logging options); for these "
-        "settings, start a new run without --resume"
+        f"--resume {args.resume}: the checkpoint's run has other settings ({exc.detail}). To "
+        f"continue it, drop {', '.join(dict.fromkeys(options))} (a resumed run may change "
+        f"only {', '.join(_changeable_on_resume())}); for these settings, start a new "
+        "run without --resume"
     )
 
 
@@ -217,7 +263,7 @@ def _train(args: argparse.Namespace) -> int:
                 run_dir.rmdir()  # the new run directory, while nothing is in it
         message = flag_words(str(exc))
         if args.resume is not None and isinstance(exc, SettingsMismatchError):
-            message = _resume_mismatch(args.resume, exc)
+            message = _resume_mismatch(args, spec, exc)
         print(f"epochtrain: error: {message}", file=sys.stderr)
         return 2
     if run_dir is not None:
@@ -233,10 +279,22 @@ def _train(args: argparse.Namespace) -> int:
         f"(best {info.best_test_return:.2f} at epoch {info.best_epoch})"
     )
     if run_dir is not None:
-        print(f"Run directory (spec.toml, TensorBoard logs): {run_dir}")
+        print(f"Run directory ({_contents(run_dir)}): {run_dir}")
     if spec.trainer.checkpoint_dir is not None:
         print(f"Checkpoints: {spec.trainer.checkpoint_dir}")
     return 0
+
+
+def _contents(run_dir: Path) -> str:
+    """The files ``run_dir`` holds, for the closing line: ``"spec.toml, log.jsonl,
+    TensorBoard logs"`` (the loggers' files; TensorBoard's event files as one entry; the
+    checkpoints have a line of their own)."""
+    names = sorted(p.name for p in run_dir.iterdir() if p.is_file() and p.name[0] != ".")
+    shown = [name for name in names if not name.startswith("events.out.tfevents.")]
+    shown.sort(key=lambda name: name != "spec.toml")  # the spec first, then the logs
+    if len(shown) < len(names):
+        shown.append("TensorBoard logs")
+    return ", ".join(shown)
 
 
 def _config(args: argparse.Namespace) -> int:

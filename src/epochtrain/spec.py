@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import tomllib
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +34,29 @@ from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
 from epochtrain.trainer.params import TrainerParams
 
-__all__ = ["BufferSpec", "LogSpec", "RunSpec", "algorithm", "check_env_id", "parse_value"]
+__all__ = [
+    "ENV_DEFAULTS",
+    "BufferSpec",
+    "LogSpec",
+    "RunSpec",
+    "algorithm",
+    "check_env_id",
+    "parse_value",
+    "reward_threshold",
+]
 
 _SECTIONS = ("config", "trainer", "buffer", "logging")
 LoggerName = Literal["tensorboard", "jsonl", "csv"]
+
+ENV_DEFAULTS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "stop_at": "the env's reward_threshold (none if it has none), as in the tuned spec, "
+        "RunSpec.default and a spec file without stop_at"
+    }
+)
+"""Top-level settings whose default is the env's: :meth:`RunSpec.default`,
+:meth:`RunSpec.tuned` and a spec file that leaves them out take it (the field's own default,
+None, is only for a ``RunSpec(...)`` built by hand); the text says which (``--help``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +160,6 @@ class RunSpec(Config):
         the env's ``reward_threshold`` when the spec has one."""
         entry = algorithm(algo)
         check_env_id(env_id)
-        threshold = env_spec(env_id).reward_threshold
         return cls(
             algo=algo,
             env_id=env_id,
@@ -148,7 +167,7 @@ class RunSpec(Config):
             trainer=entry.params_cls(**{**entry.trainer, "seed": seed}),
             num_envs=entry.num_envs,
             buffer=BufferSpec(buffer_size=entry.buffer_size),
-            stop_at=None if threshold is None else float(threshold),
+            stop_at=reward_threshold(env_id),
         )
 
     @classmethod
@@ -241,7 +260,8 @@ class RunSpec(Config):
     # ------------------------------------------------------------- plain data
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
-        """Build from :meth:`to_dict`'s output (missing settings take their defaults)."""
+        """Build from :meth:`to_dict`'s output. Missing settings take their defaults: the
+        field's, or for :data:`ENV_DEFAULTS` (``stop_at``) the env's, as :meth:`default`."""
         if not isinstance(data, Mapping):
             raise TypeError(f"RunSpec.from_dict needs a mapping, got {type(data).__name__}")
         for key in ("algo", "env_id"):
@@ -265,7 +285,11 @@ class RunSpec(Config):
             if not isinstance(raw, Mapping):
                 raise TypeError(f"RunSpec.{section} must be a table of settings, got {raw!r}")
             values[section] = section_cls.from_dict(_nones(section_cls, raw))
-        return cls(**_nones(cls, values))
+        spec = cls(**_nones(cls, values))
+        if "stop_at" not in data and not _written_without_none(data):
+            # the env was checked above: its threshold, as default() takes
+            spec = dataclasses.replace(spec, stop_at=reward_threshold(spec.env_id))
+        return spec
 
     def to_json(self) -> str:
         """The spec as indented JSON."""
@@ -273,13 +297,15 @@ class RunSpec(Config):
 
     def to_toml(self) -> str:
         """The spec as TOML. TOML has no null: a ``None`` that is the field's default is left
-        out (reading fills defaults back in), any other ``None`` is written ``"none"``."""
+        out (reading fills defaults back in), any other ``None`` is written ``"none"``, and
+        so is a ``None`` of :data:`ENV_DEFAULTS` (reading would fill in the env's)."""
 
         def lines_of(obj: Config, skip: tuple[str, ...] = ()) -> list[str]:
             lines = []
             for f in dataclasses.fields(obj):
                 value = getattr(obj, f.name)
-                if f.name in skip or (value is None and f.default is None):
+                default_none = f.default is None and f.name not in ENV_DEFAULTS
+                if f.name in skip or (value is None and default_none):
                     continue
                 if isinstance(value, tuple):
                     value = list(value)
@@ -334,6 +360,22 @@ def algorithm(name: str) -> Algorithm:
             f"{close_matches(name, ALGORITHMS)}"
         )
     return ALGORITHMS[name]
+
+
+def reward_threshold(env_id: str) -> float | None:
+    """The ``reward_threshold`` of the registered env ``env_id`` as a float, None when its
+    spec has none: where :meth:`RunSpec.default` stops."""
+    threshold = env_spec(env_id).reward_threshold
+    return None if threshold is None else float(threshold)
+
+
+def _written_without_none(data: Mapping[str, Any]) -> bool:
+    """True for a spec file written by :meth:`RunSpec.to_toml` before it wrote
+    ``stop_at = "none"``: it held every other top-level setting and left out ``stop_at``,
+    its None (a sweep's ``spec.toml`` of then must reload as it ran)."""
+    never_none = {f.name for f in dataclasses.fields(RunSpec) if f.default is not None}
+    top = never_none - {*_SECTIONS}
+    return top <= set(data) and all(section in data for section in ("config", "trainer"))
 
 
 def check_env_id(env_id: str) -> None:

@@ -15,6 +15,8 @@ from epochtrain.registry import ALGORITHMS
 __all__ = [
     "add_spec_options",
     "arg_type",
+    "default_text",
+    "flag_help",
     "flag_words",
     "parse_set_options",
     "resolve_spec",
@@ -22,6 +24,11 @@ __all__ = [
     "settings_help",
     "spec_flags",
 ]
+
+
+_NOT_FLAGS = frozenset({"algo", "env_id", "config", "trainer", "buffer", "logging"})
+"""RunSpec fields without a flag or a line of their own: ``--algo`` and ``--env`` choose the
+first two, the others are sections of settings."""
 
 
 def spec_flags() -> dict[str, tuple[str, Any]]:
@@ -35,7 +42,7 @@ def spec_flags() -> dict[str, tuple[str, Any]]:
     from epochtrain.spec import BufferSpec, RunSpec
     from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
 
-    skip = {"algo", "env_id", "config", "trainer", "buffer", "logging", "resume_from"}
+    skip = {*_NOT_FLAGS, "resume_from"}
     flags: dict[str, tuple[str, Any]] = {}
     sources: list[tuple[str, type[Any]]] = [
         ("", RunSpec),
@@ -110,11 +117,13 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
         help="set any setting (see the list below), e.g. --set lr=3e-4 "
         "--set trainer.batch_size=128 --set hidden=[64,64]",
     )
-    for flag, (_, info) in spec_flags().items():
-        text = info.help
+    for flag, (name, info) in spec_flags().items():
         if info.type is bool:
             parser.add_argument(
-                f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=text
+                f"--{flag}",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=flag_help(name, info),
             )
             continue
         parser.add_argument(
@@ -122,8 +131,31 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
             type=arg_type(info.type),
             default=argparse.SUPPRESS,  # absent unless given: `--stop-at none` is a value
             metavar=flag.replace("-", "_").upper(),
-            help=f"{text} ({info.allowed})",
+            help=flag_help(name, info),
         )
+
+
+def default_text(name: str, info: Any) -> str:
+    """The default of setting ``name`` as ``--help`` shows it: the field's (a None as
+    ``none``, as ``--set`` writes it), or the words of :data:`~epochtrain.spec.ENV_DEFAULTS`
+    for a top-level setting whose default is the env's (``stop_at``)."""
+    from epochtrain.spec import ENV_DEFAULTS
+
+    if name in ENV_DEFAULTS:
+        return ENV_DEFAULTS[name]
+    value = list(info.default) if isinstance(info.default, tuple) else info.default
+    return "none" if value is None else repr(value)
+
+
+def flag_help(name: str, info: Any) -> str:
+    """The help of the flag of setting ``name``: the field's help, then the values it
+    allows; a top-level setting's adds its default (a trainer or buffer setting's default
+    depends on the algorithm: the settings list and ``epochtrain config`` show it)."""
+    if info.type is bool:
+        return str(info.help)
+    if "." in name:
+        return f"{info.help} ({info.allowed})"
+    return f"{info.help} ({info.allowed}; default: {default_text(name, info)})"
 
 
 def arg_type(tp: Any) -> Callable[[str], Any]:
@@ -152,14 +184,15 @@ def settings_help() -> str:
     """Every setting of a run spec, with its default and help: the ``--help`` epilog."""
     from epochtrain.config import fields_info
     from epochtrain.registry import ALGORITHMS
-    from epochtrain.spec import BufferSpec, LogSpec
+    from epochtrain.spec import BufferSpec, LogSpec, RunSpec
     from epochtrain.trainer.params import OfflineParams, OffpolicyParams, OnpolicyParams
 
     def block(title: str, cls: Any, prefix: str) -> list[str]:
         lines = [title]
         for info in fields_info(cls):
-            value = list(info.default) if isinstance(info.default, tuple) else info.default
-            default = "none" if value is None else repr(value)  # as --set writes None
+            if cls is RunSpec and info.name in _NOT_FLAGS:
+                continue
+            default = default_text(prefix + info.name, info)
             lines.append(f"  {prefix}{info.name} = {default}  [{info.allowed}] {info.help}")
         return lines
 
@@ -167,6 +200,7 @@ def settings_help() -> str:
         "settings (--set NAME=VALUE; NAME is dotted, e.g. trainer.batch_size, or a bare name "
         "found in one place; VALUE is a TOML literal or none):"
     ]
+    out += block("run:", RunSpec, "")
     out += block("trainer (on-policy algorithms):", OnpolicyParams, "trainer.")
     out += block("trainer (off-policy algorithms):", OffpolicyParams, "trainer.")
     out += block("trainer (offline algorithms):", OfflineParams, "trainer.")

@@ -177,6 +177,27 @@ class _ProgressCallback(tune.Callback):
         self.progress.epoch(run_dir, epoch)
 
 
+def _record_results(
+    results: Sequence[tune.Result],
+    run_dirs: Sequence[Path],
+    names: Mapping[str, Path],
+    progress: Progress,
+) -> None:
+    """Write the ``result.json`` of each trial Tune recorded as failed, and end the
+    progress line of each run that finished or failed. A run Tune stopped (Ctrl-C,
+    SIGTERM) has neither and gets no line, as with the other backends: the driver's
+    ``interrupted`` line names the command that continues it."""
+    by_id = {d.name: d for d in run_dirs}
+    for result in results:
+        run_dir = _result_run_dir(result, names, by_id)
+        if run_dir is None:
+            continue
+        if result.error is not None and not is_finished(run_dir):
+            failed_result(run_dir, spec_of(run_dir), result.error)
+        if (run_dir / RESULT_FILE).exists():
+            progress.end(run_dir, failed=not is_finished(run_dir))
+
+
 def run_trials(
     run_dirs: Sequence[Path],
     root: Path,
@@ -227,15 +248,7 @@ def run_trials(
         )
         with _quiet_tune(), _sigterm_stops_tune() as terminated:
             grid = tuner.fit()
-    by_id = {d.name: d for d in run_dirs}
-    for index in range(len(grid)):
-        result = grid[index]
-        run_dir = _result_run_dir(result, names, by_id)
-        if run_dir is None:
-            continue
-        if result.error is not None and not is_finished(run_dir):
-            failed_result(run_dir, spec_of(run_dir), result.error)
-        progress.end(run_dir, failed=not is_finished(run_dir))
+    _record_results([grid[index] for index in range(len(grid))], run_dirs, names, progress)
     stopped = [d.name for d in run_dirs if not (d / RESULT_FILE).exists()]
     if stopped:  # neither finished nor failed: Tune was stopped (Ctrl-C) before they ended
         interrupt = Terminated if terminated else KeyboardInterrupt
