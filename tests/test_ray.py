@@ -319,6 +319,12 @@ def test_an_unreachable_address_is_one_line_naming_ray_start(
     assert "ray start --head" in err
     # before any work: no experiment.json, lock or run directory
     assert not (tmp_path / "exp").exists()
+    with pytest.raises(ConnectionError, match="cannot connect to a Ray cluster at"):
+        run_experiment(
+            grid(["ppo"], ["CartPole-v1"], [0]), tmp_path / "py", backend="ray",
+            address="127.0.0.1:1",
+        )  # fmt: skip
+    assert not (tmp_path / "py").exists()  # from Python too
 
 
 def test_ray_not_installed_is_one_line_naming_the_extra(

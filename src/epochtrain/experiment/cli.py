@@ -7,9 +7,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,21 +131,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-@contextlib.contextmanager
-def _cluster_first(backend: str, address: str | None) -> Iterator[None]:
-    """With ``--backend ray --address A``: connected to the cluster at ``A`` for the block,
-    so an address where nothing answers is refused before the experiment writes its index,
-    lock and run directories (the runner connects after preparing them; inside this
-    block it uses this connection)."""
-    if backend != "ray" or address is None:
-        yield
-        return
-    from epochtrain.experiment.ray_backend import connect
-
-    with connect(address):
-        yield
-
-
 def run_sweep(args: argparse.Namespace) -> int:
     """Run the sweep of ``args``; 0 if every run finished, 1 if one failed, 2 on bad input,
     3 if none failed but another sweep still runs some (skipped here, left untouched)."""
@@ -160,17 +143,16 @@ def run_sweep(args: argparse.Namespace) -> int:
             raise ValueError("--algo is required (or give --config FILE naming one)")
         envs = args.env or [base.env_id if base is not None else "CartPole-v1"]
         specs = grid(algos, envs, parse_seeds(args.seeds), base=base, **_overrides(args))
-        with _cluster_first(args.backend, args.address):
-            experiment = run_experiment(
-                specs,
-                args.out,
-                backend=args.backend,
-                workers=args.workers,
-                show_progress=not args.no_progress,
-                address=args.address,
-                max_failures=args.max_failures,
-                gpus_per_run=args.gpus_per_run,
-            )
+        experiment = run_experiment(
+            specs,
+            args.out,
+            backend=args.backend,
+            workers=args.workers,
+            show_progress=not args.no_progress,
+            address=args.address,
+            max_failures=args.max_failures,
+            gpus_per_run=args.gpus_per_run,
+        )
     except (ValueError, TypeError, FileNotFoundError, ConnectionError, MissingExtraError) as exc:
         print(f"epochtrain sweep: error: {exc}", file=sys.stderr)
         return 2

@@ -140,35 +140,41 @@ def run_experiment(
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    cluster: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if backend == "ray":
         from epochtrain.experiment.ray_backend import (
+            connect,
             run_trials,  # without ray: the error naming the extra, first
         )
+
+        if address is not None:  # an address where nothing answers: refused before any file
+            cluster = connect(address)
     root = Path(out_dir)
-    _check_specs(specs)
-    run_dirs = prepare_runs(specs, root)
-    pending = _not_held([d for d in run_dirs if not is_finished(d)])
-    check_writable(root, pending)
-    if backend == "lockstep":
-        check_lockstep_memory(pending)  # the runs' buffers add up: refused before any opens
-    with Progress(run_dirs, pending, enabled=show_progress) as progress:
+    with cluster:
+        _check_specs(specs)
+        run_dirs = prepare_runs(specs, root)
+        pending = _not_held([d for d in run_dirs if not is_finished(d)])
+        check_writable(root, pending)
         if backend == "lockstep":
-            _run_lockstep(pending, progress)
-        elif backend == "ray":
-            run_trials(
-                pending,
-                root,
-                progress,
-                address=address,
-                workers=workers,
-                max_failures=max_failures,
-                gpus_per_run=gpus_per_run,
-                storage_path=storage_path,
-            )
-        else:
-            n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
-            run_processes(pending, n, progress, max_failures=max_failures)
-    return load_experiment(root)
+            check_lockstep_memory(pending)  # the runs' buffers add up: refused before any opens
+        with Progress(run_dirs, pending, enabled=show_progress) as progress:
+            if backend == "lockstep":
+                _run_lockstep(pending, progress)
+            elif backend == "ray":
+                run_trials(
+                    pending,
+                    root,
+                    progress,
+                    address=address,
+                    workers=workers,
+                    max_failures=max_failures,
+                    gpus_per_run=gpus_per_run,
+                    storage_path=storage_path,
+                )
+            else:
+                n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
+                run_processes(pending, n, progress, max_failures=max_failures)
+        return load_experiment(root)
 
 
 def _check_specs(specs: Sequence[RunSpec]) -> None:
