@@ -7,6 +7,8 @@ import argparse
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +25,7 @@ from ray.tune.experiment.trial import _TrialInfo  # noqa: E402
 from ray.tune.result import TRIAL_INFO  # noqa: E402
 
 from epochtrain.checkpoint import read_manifest  # noqa: E402
+from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
 from epochtrain.experiment import grid, run_experiment  # noqa: E402
 from epochtrain.experiment.cli import add_sweep_parser, run_sweep  # noqa: E402
 from epochtrain.experiment.prepare import prepare_runs  # noqa: E402
@@ -257,6 +260,52 @@ def test_an_actor_set_up_for_a_run_going_on_elsewhere_leaves_its_files_alone(
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "finished" and result["steps"] == [64.0, 128.0, 192.0, 256.0]
     idle.stop()
+
+
+def _run_dir_trainable(run_dir: Path, trial_id: str) -> Any:
+    from epochtrain.ray import EpochTrainable
+
+    return EpochTrainable({"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial(trial_id))})
+
+
+def test_a_run_that_raises_is_failed_once_with_its_own_error_and_nothing_to_save(
+    tmp_path: Path,
+) -> None:
+    # before: Tune saved the broken trainer after the failed step, the save raised, and
+    # the trial was retried max_failures times with the save's error recorded instead
+    specs = grid(["ppo"], ["CartPole-v1"], [0], **{**FAST, "max_epoch": 3, "lr": 1e30})
+    run_dir = prepare_runs(specs, tmp_path)[0]
+    trainable = _run_dir_trainable(run_dir, "bad")
+    results = [trainable.train() for _ in range(2)]  # epoch 1, then the NaN of epoch 2
+    assert results[-1]["done"] is True and results[-1]["failed"] == 1.0
+    trainable.save()  # nothing to save, and no error: the trial ends as done
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "failed" and result["error"].startswith("NonFiniteError")
+    trainable.stop()
+
+
+def test_a_run_another_sweep_is_running_is_left_to_it_not_failed(tmp_path: Path) -> None:
+    # before: the lock's refusal came from building the trainer, outside the step's
+    # handling, so Tune retried the trial and recorded the other sweep's run as failed
+    specs = grid(["ppo"], ["CartPole-v1"], [0], **FAST)
+    run_dir = prepare_runs(specs, tmp_path)[0]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # the other sweep's process, before its run's first checkpoint
+        lock = {"pid": other.pid, "host": socket.gethostname(), "token": "x", "created": "then"}
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "checkpoints" / LOCK_FILE).write_text(json.dumps(lock))
+        (run_dir / "log.jsonl").write_text('{"scope": "train", "step": 64}\n')
+        trainable = _run_dir_trainable(run_dir, "second")
+        with pytest.warns(UserWarning, match="in use by another sweep"):
+            result = trainable.train()
+        assert result["done"] is True and result["failed"] == 0.0
+        trainable.save()
+        assert not (run_dir / "result.json").exists()  # not recorded as failed
+        assert (run_dir / "log.jsonl").read_text() == '{"scope": "train", "step": 64}\n'
+        trainable.stop()
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_reset_config_applies_the_new_learning_rate_after_the_donors_checkpoint(

@@ -155,6 +155,7 @@ class EpochTrainable(tune.Trainable):
         self.run_dir = None if RUN_DIR_KEY not in config else Path(config[RUN_DIR_KEY])
         self._config = dict(config)
         self._trainer: Any = None
+        self._ended = False  # a run_dir trial that failed or is another sweep's: no save
         self.wall_time = 0.0
         """Seconds this run has spent in ``next(trainer)`` (a restored trial's included)."""
 
@@ -190,7 +191,12 @@ class EpochTrainable(tune.Trainable):
     def step(self) -> dict[str, Any]:
         """One epoch; ``done`` once the run has ended. A ``run_dir`` trial writes its
         ``result.json`` at the end, or a failed one if the epoch raises."""
-        trainer = self.trainer  # built outside the try: a run it cannot open is not failed
+        try:  # a run it cannot open is not failed (Tune retries), unless another sweep's
+            trainer = self.trainer
+        except Exception as exc:
+            if self.run_dir is None or in_use_error(self.run_dir, exc) is None:
+                raise
+            return self._end(exc)
         start = time.perf_counter()
         try:
             stats = next(trainer)
@@ -199,12 +205,7 @@ class EpochTrainable(tune.Trainable):
         except Exception as exc:
             if self.run_dir is None:
                 raise
-            holder = in_use_error(self.run_dir, exc)
-            if holder is not None:  # another sweep took the run: not failed, not ours
-                note_in_use(self.run_dir, holder)
-                return {"done": True, "failed": 0.0}
-            failed_result(self.run_dir, spec_of(self.run_dir), exc)
-            return {"done": True, "failed": 1.0}
+            return self._end(exc)
         self.wall_time += time.perf_counter() - start
         if stats is None:
             result = {"epoch": float(self.trainer.state.epoch)}
@@ -220,8 +221,25 @@ class EpochTrainable(tune.Trainable):
         every = self.trainer.params.checkpoint_every
         return {**result, "done": done, SHOULD_CHECKPOINT: self.trainer.state.epoch % every == 0}
 
+    def _end(self, exc: Exception) -> dict[str, Any]:
+        """End a ``run_dir`` trial whose run raised ``exc``: in use by another sweep (noted,
+        not failed, not ours), or failed (its ``result.json`` says why). Tune is told the
+        trial is done, not that it errored: it would retry the run, and a retry's save of
+        the broken trainer would replace the error with its own."""
+        assert self.run_dir is not None
+        self._ended = True
+        holder = in_use_error(self.run_dir, exc)
+        if holder is not None:
+            note_in_use(self.run_dir, holder)
+            return {"done": True, "failed": 0.0}
+        failed_result(self.run_dir, spec_of(self.run_dir), exc)
+        return {"done": True, "failed": 1.0}
+
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        """Write our checkpoint into ``checkpoint_dir`` (Tune persists it)."""
+        """Write our checkpoint into ``checkpoint_dir`` (Tune persists it); nothing for a
+        trial that ended without a run to save (:meth:`_end`)."""
+        if self._ended:
+            return
         self.trainer.save_checkpoint(Path(checkpoint_dir) / _CHECKPOINT)
         write_json(
             Path(checkpoint_dir) / _TRIAL_FILE,

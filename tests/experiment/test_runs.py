@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from epochtrain.checkpoint import CheckpointError
 from epochtrain.experiment import grid, load_experiment
 from epochtrain.experiment.prepare import prepare_runs
 from epochtrain.experiment.runs import open_trainer
@@ -173,3 +174,21 @@ def test_a_run_started_over_before_its_first_checkpoint_drops_the_records_of_its
 def _records(run_dir: Path) -> list[tuple[str, int]]:
     lines = (run_dir / "log.jsonl").read_text().splitlines()
     return [(r["scope"], r["step"]) for r in map(json.loads, lines)]
+
+
+def test_opening_a_run_another_trainer_is_running_leaves_its_log_alone(tmp_path: Path) -> None:
+    # a second sweep that reaches a run with no checkpoint yet, as the first runs it
+    (run_dir,) = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0], **FAST), tmp_path)
+    first = open_trainer(run_dir)
+    next(first)  # epoch 1 logged; its checkpoint is written
+    log = run_dir / "log.jsonl"
+    written = log.read_bytes()
+    assert written
+    for path in (run_dir / "checkpoints").glob("epoch_*"):  # as before the first one
+        shutil.rmtree(path)
+    with pytest.raises(CheckpointError, match="writ"):
+        open_trainer(run_dir)
+    assert log.read_bytes() == written  # before: emptied, under the first run's writer
+    next(first)
+    assert log.read_bytes().startswith(written) and len(log.read_bytes()) > len(written)
+    first.close()

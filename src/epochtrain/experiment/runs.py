@@ -164,16 +164,26 @@ def read_test_curve(run_dir: Path) -> tuple[list[float], list[float]]:
 
 def open_trainer(run_dir: Path) -> Any:
     """The trainer of ``run_dir/spec.toml``, resumed from its latest checkpoint if any; a
-    run without one starts over, and the log records an earlier start wrote are dropped."""
+    run without one starts over, and the log records an earlier start wrote are dropped.
+
+    Either way the run's writer lock is taken before its files are touched: a run another
+    sweep is running raises :class:`~epochtrain.checkpoint.CheckpointError` (closed, with
+    its log files as that sweep writes them)."""
     from epochtrain.checkpoint import find_checkpoints
+    from epochtrain.checkpoint_save import hold_checkpoint_dir
     from epochtrain.factory import make_trainer
 
     trainer = make_trainer(RunSpec.from_file(run_dir / SPEC_FILE))
-    if find_checkpoints(run_dir / CHECKPOINTS):
-        # loaded here rather than through resume_from, so the spec stays the one on disk
-        trainer.load_checkpoint(run_dir / CHECKPOINTS)
-    else:  # started over (killed before its first checkpoint): its old records are dropped
-        trainer.logger.load_state_dict(trainer.logger.state_dict())
+    try:
+        if find_checkpoints(run_dir / CHECKPOINTS):
+            # loaded here rather than through resume_from, so the spec stays the one on disk
+            trainer.load_checkpoint(run_dir / CHECKPOINTS)
+        else:  # started over (killed before its first checkpoint): old records are dropped
+            hold_checkpoint_dir(trainer)  # not those of a run another sweep writes now
+            trainer.logger.load_state_dict(trainer.logger.state_dict())
+    except BaseException:
+        trainer.close()
+        raise
     return trainer
 
 
