@@ -122,3 +122,23 @@ def test_unfinished_names_every_hole_of_the_score_matrix() -> None:
     assert complete.unfinished() == []
     scores, envs = complete.scores()
     assert envs == ["CartPole-v1", "Acrobot-v1"] and scores["ppo"].tolist() == [[5.0, 5.0]]
+
+
+def test_directories_merge_only_runs_that_differ_in_their_seed(tmp_path: Path) -> None:
+    run_experiment(grid(["ppo"], ["CartPole-v1"], [0], **FAST), tmp_path / "a", show_progress=False)
+    run_experiment(grid(["ppo"], ["CartPole-v1"], [1], **FAST), tmp_path / "b", show_progress=False)
+    longer = {**FAST, "max_epoch": 3}
+    run_experiment(
+        grid(["ppo"], ["CartPole-v1"], [2], **longer), tmp_path / "c", show_progress=False
+    )
+    merged = load_experiment(tmp_path / "a", tmp_path / "b")
+    assert [r.run_id for r in merged.runs] == ["ppo-CartPole-v1-s0", "ppo-CartPole-v1-s1"]
+    # before: pooled as one sample of 2 and 3 epochs, without a word
+    with pytest.raises(
+        ValueError, match=r"with different settings \(trainer.max_epoch: 2 there, 3 here\)"
+    ):
+        load_experiment(tmp_path / "a", tmp_path / "c")
+    with pytest.raises(
+        ValueError, match=r"runs ppo-CartPole-v1-s1 in .* and ppo-CartPole-v1-s2 in"
+    ):
+        load_experiment(tmp_path / "b", tmp_path / "c")

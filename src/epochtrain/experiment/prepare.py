@@ -23,9 +23,9 @@ from epochtrain.experiment.runs import (
     FORMAT_VERSION,
     SPEC_FILE,
     check_same_run,
-    flatten,
     read_index,
     resolve_spec,
+    sample_settings,
     write_json,
 )
 from epochtrain.spec import RunSpec
@@ -112,13 +112,6 @@ def _plan(specs: Sequence[RunSpec], out_dir: Path) -> _Plan:
     return _Plan(writes, runs, runs != listed or not index.is_file(), dropped)
 
 
-def _settings(spec: RunSpec) -> dict[str, Any]:
-    """What ``spec`` computes, but for its seed: equal for the runs of one sample."""
-    settings = flatten(spec.to_dict())
-    settings.pop("trainer.seed")
-    return settings
-
-
 def _check_one_setting(
     wanted: Mapping[str, RunSpec], stored: Mapping[str, RunSpec], out_dir: Path
 ) -> None:
@@ -126,7 +119,7 @@ def _check_one_setting(
     differ in more than their seed: a comparison would pool them as one sample."""
     samples: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
     for run_id, spec in wanted.items():
-        key, settings = (spec.algo, spec.env_id), _settings(spec)
+        key, settings = (spec.algo, spec.env_id), sample_settings(spec)
         first_id, first = samples.setdefault(key, (run_id, settings))
         if first != settings:
             raise ValueError(
@@ -136,9 +129,9 @@ def _check_one_setting(
             )
     for (algo, env_id), (_, settings) in samples.items():
         others = {
-            run_id: _settings(spec)
+            run_id: sample_settings(spec)
             for run_id, spec in stored.items()
-            if (spec.algo, spec.env_id) == (algo, env_id) and _settings(spec) != settings
+            if (spec.algo, spec.env_id) == (algo, env_id) and sample_settings(spec) != settings
         }
         if others:
             raise ValueError(

@@ -34,6 +34,7 @@ from epochtrain.experiment.runs import (
     read_json,
     read_test_curve,
     run_in_use,
+    sample_settings,
 )
 
 __all__ = ["STOPPED_AT_GOAL", "Experiment", "RunResult", "RunStatus", "load_experiment"]
@@ -305,4 +306,32 @@ def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str])
         )
     if not runs:
         raise ValueError(f"{os.fspath(path)!r} lists no runs")
+    if more:  # sweep checked this within each directory
+        _check_one_sample(runs)
     return Experiment(tuple(runs))
+
+
+def _check_one_sample(runs: list[RunResult]) -> None:
+    """``ValueError`` if runs of one algorithm and env (from several directories) differ in
+    more than their seed: a comparison pools them as one sample."""
+    from epochtrain.spec import RunSpec  # the spec module imports the algorithms: lazily
+
+    first: dict[tuple[str, str], tuple[RunResult, dict[str, Any]]] = {}
+    for run in runs:
+        assert run.path is not None
+        settings = sample_settings(RunSpec.from_file(run.path / SPEC_FILE))
+        other, theirs = first.setdefault((run.algo, run.env_id), (run, settings))
+        if theirs != settings:
+            assert other.path is not None
+            keys = sorted(
+                k for k in theirs.keys() | settings.keys() if theirs.get(k) != settings.get(k)
+            )
+            what = "; ".join(
+                f"{k}: {theirs.get(k)!r} there, {settings.get(k)!r} here" for k in keys
+            )
+            raise ValueError(
+                f"runs {other.run_id} in {os.fspath(other.path.parent)!r} and {run.run_id} in "
+                f"{os.fspath(run.path.parent)!r} run {run.algo} on {run.env_id} with different "
+                f"settings ({what}): compare pools the seeds of an algorithm on an env as one "
+                "sample, so they may differ only in their seed; compare the directories apart"
+            )

@@ -45,6 +45,7 @@ __all__ = [
     "read_test_curve",
     "resolve_spec",
     "run_in_use",
+    "sample_settings",
     "spec_of",
     "timed_epoch",
     "write_json",
@@ -86,6 +87,14 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         elif key not in _LOCATION:
             out[prefix + key] = list(value) if isinstance(value, tuple) else value
     return out
+
+
+def sample_settings(spec: RunSpec) -> dict[str, Any]:
+    """What ``spec`` computes, but for its seed and locations: equal for the runs of one
+    sample (the seeds of an algorithm on an env, which ``compare`` pools)."""
+    settings = flatten(spec.to_dict())
+    settings.pop("trainer.seed")
+    return settings
 
 
 def check_same_run(stored: RunSpec, wanted: RunSpec, run_dir: Path) -> None:
