@@ -376,6 +376,17 @@ def test_an_unreachable_address_is_one_line_naming_ray_start(
     assert not (tmp_path / "py").exists()  # from Python too
 
 
+def test_more_gpus_per_run_than_the_cluster_has_is_refused_not_waited_for(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match=r"gpus_per_run=1 but the Ray cluster has 0 GPUs"):
+        run_experiment(
+            grid(["ppo"], ["CartPole-v1"], [0], **FAST), tmp_path, backend="ray",
+            gpus_per_run=1.0, show_progress=False,
+        )  # fmt: skip
+    assert not list(tmp_path.glob("*/result.json"))
+
+
 def test_ray_not_installed_is_one_line_naming_the_extra(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -127,6 +127,17 @@ def _unreachable(address: str | None, why: str) -> str:
     )
 
 
+def _check_gpus(gpus_per_run: float) -> None:
+    """Refuse ``gpus_per_run`` more than the cluster's GPUs: Tune would wait for them
+    forever, repeating the autoscaler's "No available node types can fulfill"."""
+    gpus = float(ray.cluster_resources().get("GPU", 0.0))
+    if gpus_per_run > gpus:
+        raise ValueError(
+            f"gpus_per_run={gpus_per_run:g} but the Ray cluster has {gpus:g} GPUs, so no trial "
+            "could start: set gpus_per_run=0 (--gpus-per-run 0), or start the GPU nodes first"
+        )
+
+
 def _check_reachable(address: str) -> None:
     """Fail fast, in one line, when nothing listens at ``address`` (``[ray://]host:port``)."""
     hostport = address.removeprefix("ray://")
@@ -228,6 +239,7 @@ def run_trials(
     trainable = tune.with_resources(EpochTrainable, {"cpu": 1, "gpu": gpus_per_run})
     names = {os.fspath(d.resolve()): d for d in run_dirs}
     with connect(address):
+        _check_gpus(gpus_per_run)
         tuner = tune.Tuner(
             trainable,
             param_space={RUN_DIR_KEY: tune.grid_search(list(names))},
