@@ -5,6 +5,7 @@ is changed."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,8 @@ RESULT_EDITS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("algo a number", lambda d: d.update(algo=3), "'algo' must be a string"),
     ("newer version", lambda d: d.update(version=2), "format version 2, this epochtrain reads 1"),
     ("another format", lambda d: d.update(format="sb3"), "is not an epochtrain run result"),
+    ("a NaN return", lambda d: d.update(test_returns=[1.0, math.nan]), "NaN or infinite .* run"),
+    ("steps unsorted", lambda d: d.update(steps=d["steps"][::-1]), "steps do not increase"),
 ]
 
 

@@ -217,6 +217,15 @@ def _numbers(data: dict[str, Any], key: str, path: Path) -> FloatArray:
     return np.asarray(value, dtype=np.float64)
 
 
+def _curve_fault(steps: FloatArray, returns: FloatArray) -> str | None:
+    """What is wrong with a test curve read from a file (None: nothing)."""
+    if not np.isfinite(steps).all() or not np.isfinite(returns).all():
+        return "its test curve holds NaN or infinite values"
+    if len(steps) > 1 and not bool((np.diff(steps) > 0).all()):
+        return "its test steps do not increase"
+    return None
+
+
 def _read_result(path: Path, run_dir: Path) -> RunResult:
     """The ``result.json`` at ``path``, checked: ``ValueError`` naming the file and the
     entry that is missing or wrong (a file edited by hand, or from someone else)."""
@@ -233,6 +242,13 @@ def _read_result(path: Path, run_dir: Path) -> RunResult:
     if len(steps) != len(returns):
         raise ValueError(
             f"{os.fspath(path)!r} has {len(steps)} steps but {len(returns)} test_returns"
+        )
+    bad = _curve_fault(steps, returns)
+    if bad is not None:
+        raise ValueError(
+            f"{os.fspath(path)!r} (run {data['run_id']}): {bad}; which epochtrain never writes, "
+            "so the file was edited or damaged: delete it and re-run the sweep's command, "
+            "which runs the run again"
         )
     stop_reason, error = data.get("stop_reason"), data.get("error")
     return RunResult(
