@@ -83,6 +83,23 @@ def test_sweep_reports_bad_input_in_one_line_with_status_2(
     assert err.startswith("epochtrain sweep: error: env_id 'NoSuchEnv-v0'") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "0"], "--workers must be at least 1, got 0"),
+        (["--workers", "2"], "--backend lockstep runs every run in this process: drop --workers"),
+    ],
+)
+def test_workers_is_checked_in_the_clis_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    args = parse(["sweep", "--algo", "ppo", "--out", str(tmp_path / "out"), *flags])
+    assert run_sweep(args) == 2
+    err = capsys.readouterr().err
+    assert err == f"epochtrain sweep: error: {err.split('error: ', 1)[1]}" and message in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_compare_prints_the_table_and_writes_the_report(
     tmp_path: Path, experiment_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

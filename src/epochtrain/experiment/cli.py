@@ -131,12 +131,27 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def _check_workers(args: argparse.Namespace) -> None:
+    """``--workers`` in the CLI's words: at least 1, and for the backends it sizes."""
+    if args.workers is None:
+        return
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.backend == "lockstep":
+        raise ValueError(
+            "--workers sizes the processes pool or the Ray trials at once; --backend "
+            "lockstep runs every run in this process: drop --workers, or add --backend "
+            "processes"
+        )
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     """Run the sweep of ``args``; 0 if every run finished, 1 if one failed, 2 on bad input,
     3 if none failed but another sweep still runs some (skipped here, left untouched)."""
     from epochtrain.spec import RunSpec
 
     try:
+        _check_workers(args)
         base = None if args.config is None else RunSpec.from_file(args.config)
         algos = args.algo or ([base.algo] if base is not None else None)
         if algos is None:
