@@ -306,12 +306,13 @@ def test_a_run_another_sweep_locks_while_this_one_opens_it_is_skipped_not_failed
 
     real_open = runner.open_trainer
 
-    def open_then_lose_the_lock(run_dir: Path) -> Any:
-        trainer = real_open(run_dir)
-        hold_lock(run_dir, other_process.pid)  # the other sweep takes it before epoch 1
-        return trainer
+    def lose_the_lock_then_open(run_dir: Path) -> Any:
+        # the other sweep takes the run after this one saw it free, before it opened it:
+        # opening takes the lock before touching the run's files, and is refused
+        hold_lock(run_dir, other_process.pid)
+        return real_open(run_dir)
 
-    monkeypatch.setattr(runner, "open_trainer", open_then_lose_the_lock)
+    monkeypatch.setattr(runner, "open_trainer", lose_the_lock_then_open)
     with pytest.warns(UserWarning, match="in use by another sweep"):
         experiment = run_experiment(grid(["ppo"], ENVS, [0], **FAST), tmp_path, show_progress=False)
     assert [r.status for r in experiment.runs] == ["running"]
