@@ -16,9 +16,9 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 from epochtrain.extras import require
 
@@ -130,7 +130,8 @@ def _unreachable(address: str | None, why: str) -> str:
 def _check_gpus(gpus_per_run: float) -> None:
     """Refuse ``gpus_per_run`` more than the cluster's GPUs: Tune would wait for them
     forever, repeating the autoscaler's "No available node types can fulfill"."""
-    gpus = float(ray.cluster_resources().get("GPU", 0.0))
+    resources = cast(Callable[[], dict[str, float]], ray.cluster_resources)  # untyped in ray
+    gpus = float(resources().get("GPU", 0.0))
     if gpus_per_run > gpus:
         raise ValueError(
             f"gpus_per_run={gpus_per_run:g} but the Ray cluster has {gpus:g} GPUs, so no trial "
