@@ -143,37 +143,6 @@ def test_an_interrupted_sweep_stops_its_workers_and_the_same_command_resumes_it(
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_the_workers_start_is_the_one_line_without_their_tracebacks(
-    tmp_path: Path,
-) -> None:
-    # before: each worker, still importing torch, printed a KeyboardInterrupt traceback
-    # (about 60 lines), and one still unpickling its pool's queues a FileNotFoundError
-    proc = subprocess.Popen(
-        [*SWEEP, "--out", str(tmp_path / "exp")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not {p for p in children(proc.pid) if b"spawn_main" in cmdline(p)}:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(0.3)  # into their imports
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=STOP_GRACE + 60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = err.decode()
-    assert proc.returncode == 130, text
-    assert "Traceback" not in text, text
-    assert [line for line in text.splitlines() if line.strip()] == [
-        line for line in text.splitlines() if line.startswith("epochtrain: interrupted; ")
-    ], text
-
-
-@pytest.mark.slow
 def test_the_workers_of_a_killed_sweep_stop_and_the_same_command_resumes_it(
     tmp_path: Path, reference: dict[str, dict[str, Any]]
 ) -> None:

@@ -11,10 +11,8 @@ runs get no ``result.json``, so re-running the experiment resumes them. A worker
 dies on its own (the OOM killer) takes its pool down: the runs not ended start again in a
 new pool from their latest checkpoints, ``max_failures`` times (:func:`run_processes`).
 
-Workers ignore SIGINT from their start (they inherit it ignored while the pool spawns
-them): a terminal's Ctrl-C reaches the whole process group, and each run must be
-interrupted once, by its worker's watcher, not twice; a worker still importing must not
-print a traceback. A stop waits for workers still starting, which then take no run.
+Workers ignore SIGINT themselves: a terminal's Ctrl-C reaches the whole process group, and
+each run must be interrupted once, by its worker's watcher, not twice.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ import os
 import queue
 import signal
 import threading
-import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -100,9 +97,8 @@ def _run_pool(
     futures: dict[Future[str], Path] = {}
     broken: dict[Path, BrokenProcessPool] = {}
     try:
-        with _workers_start_ignoring_sigint():  # submit spawns them
-            for run_dir in run_dirs:
-                futures[pool.submit(_run_in_worker, os.fspath(run_dir))] = run_dir
+        for run_dir in run_dirs:
+            futures[pool.submit(_run_in_worker, os.fspath(run_dir))] = run_dir
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -158,8 +154,6 @@ def _stop(
 ) -> None:
     """Interrupt every worker's run and wait for them (module docstring)."""
     stop.set()
-    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stop waiting
-        _wait_started(pool, events, pids)
     # cancelled here, not by shutdown(cancel_futures=True), whose manager thread cancels
     # later; wait() never counts a cancelled future as done, so it waits on the others
     started = [f for f in futures if not f.cancel()]
@@ -175,19 +169,6 @@ def _stop(
     with contextlib.suppress(KeyboardInterrupt):
         pool.shutdown(wait=True)
     events.close()
-
-
-def _wait_started(pool: ProcessPoolExecutor, events: Any, pids: set[int]) -> None:
-    """Wait (at most :data:`STOP_GRACE`) for the workers still starting to finish their
-    start: one stopped while it unpickles the pool's queues finds them gone and prints a
-    traceback; started, it sees ``stop`` set and takes no run."""
-    deadline = time.monotonic() + STOP_GRACE
-    while time.monotonic() < deadline:
-        _drain(events, None, pids)
-        processes = dict(pool._processes or {})  # the pool's; no public list of them
-        if all(pid in pids or not p.is_alive() for pid, p in processes.items()):
-            return
-        time.sleep(0.05)
 
 
 def _drain(
@@ -246,23 +227,6 @@ class _Worker:
 
 
 _worker: _Worker | None = None  # in a pool process: its state
-
-
-@contextlib.contextmanager
-def _workers_start_ignoring_sigint() -> Iterator[None]:
-    """SIGINT ignored in this process for the block, so the workers it spawns start with it
-    ignored (an ignored signal stays ignored across exec, and Python then installs no
-    KeyboardInterrupt handler): a Ctrl-C while they import torch prints no traceback from
-    each of them. This process's handler is back after the block; a Ctrl-C in the block
-    (the workers' spawning, milliseconds) is missed, and a second one stops the sweep."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers are the main thread's to set
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _init_worker(events: Any, stop: Any, parent_pid: int) -> None:
