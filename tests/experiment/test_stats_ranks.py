@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from benchmarks.pairwise_ranks import pairwise_count  # the O(n_x * n_y) definition
 
 from epochtrain.experiment import pairwise_improvement, probability_of_improvement, stats
-from epochtrain.experiment.bootstrap import FloatArray
-
-
-def pairwise_count(xs: FloatArray, ys: FloatArray) -> FloatArray:
-    """The O(n_x * n_y) definition: wins of each run of X over each run of Y, ties 1/2."""
-    wins = np.zeros(xs.shape[:-2] + xs.shape[-1:])
-    for i in range(xs.shape[-2]):
-        x_i = xs[..., i : i + 1, :]
-        wins += (x_i > ys).sum(axis=-2) + 0.5 * (x_i == ys).sum(axis=-2)
-    return np.asarray((wins / (xs.shape[-2] * ys.shape[-2])).mean(axis=-1))
 
 
 @pytest.mark.parametrize(
