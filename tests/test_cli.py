@@ -184,11 +184,17 @@ def test_help_lists_the_top_level_settings_and_their_flags_state_the_default(
     assert {info.name for info in top} >= {"num_envs", "stop_at", "device", "dataset"}
     for info in top:
         assert f"\n  {info.name} = " in out, info.name
-    assert "\n  num_envs = 1  [int (>= 0)]" in out and "\n  device = 'cpu'  [str]" in out
+    assert (
+        "\n  num_envs = the tuned spec's: 1 for most algorithms" in out
+        and "\n  device = 'cpu'  [str]" in out
+    )
     threshold = "the env's reward_threshold (none if it has none), as in the tuned spec"
     assert f"\n  stop_at = {threshold}" in out
     flat = " ".join(out.split())  # undo the help's line wrapping
-    num_envs = "Training envs (0 for offline algorithms). (int (>= 0); default: 1)"
+    num_envs = (
+        "Training envs (0 for offline algorithms). (int (>= 0); "
+        "default: the tuned spec's: 1 for most algorithms"
+    )
     assert f"--num-envs NUM_ENVS {num_envs}" in flat
     assert f"(float or None; default: {threshold}" in flat
     assert "(str or None; default: none)" in flat and "(str; default: 'cpu')" in flat

@@ -26,8 +26,16 @@ def test_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert (tmp_path / "dqn.toml").is_file()
 
 
+def test_the_minimal_toml_example_is_the_tuned_spec(tmp_path: Path) -> None:
+    minimal, _ = blocks("toml")
+    path = tmp_path / "run.toml"
+    path.write_text(minimal)
+    assert RunSpec.from_file(path) == RunSpec.tuned("dqn", "CartPole-v1")
+    assert "epochtrain train --algo dqn --env CartPole-v1" in " ".join(PAGE.read_text().split())
+
+
 def test_the_toml_example_loads_and_runs(tmp_path: Path) -> None:
-    (toml,) = blocks("toml")
+    _, toml = blocks("toml")
     path = tmp_path / "run.toml"
     path.write_text(toml)
     spec = RunSpec.from_file(path)

@@ -50,13 +50,26 @@ LoggerName = Literal["tensorboard", "jsonl", "csv"]
 
 ENV_DEFAULTS: Mapping[str, str] = types.MappingProxyType(
     {
+        "num_envs": "the tuned spec's: 1 for most algorithms, 0 for the offline ones, "
+        "more where the registry or a preset says (`epochtrain config --algo A --env E`)",
         "stop_at": "the env's reward_threshold (none if it has none), as in the tuned spec, "
-        "RunSpec.default and a spec file without stop_at"
+        "RunSpec.default and a spec file without stop_at",
     }
 )
-"""Top-level settings whose default is the env's: :meth:`RunSpec.default`,
-:meth:`RunSpec.tuned` and a spec file that leaves them out take it (the field's own default,
-None, is only for a ``RunSpec(...)`` built by hand); the text says which (``--help``)."""
+"""Top-level settings with a flag whose default depends on the algorithm and env (the tuned
+spec's value, as a spec file or a ``RunSpec(...)`` that leaves them out takes it): the
+words ``--help`` shows for their default."""
+
+
+class _FromTuned:
+    """The default of a :class:`RunSpec` field that depends on the algorithm and env: the
+    value of ``RunSpec.tuned(algo, env_id)``, filled in when the spec is built."""
+
+    def __repr__(self) -> str:
+        return "<the tuned spec's>"
+
+
+_FROM_TUNED: Any = _FromTuned()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,17 +98,23 @@ class LogSpec(Config):
 
 @dataclass(frozen=True, kw_only=True)
 class RunSpec(Config):
-    """A whole run as data; build it with :meth:`tuned` or :meth:`default`."""
+    """A whole run as data: ``RunSpec(algo=..., env_id=..., **settings)``, or
+    :meth:`tuned`, :meth:`default`, :meth:`from_file`.
+
+    ``config``, ``trainer``, ``num_envs``, ``buffer`` and ``stop_at`` left out take the
+    values of ``RunSpec.tuned(algo, env_id)`` (the run ``epochtrain train --algo A --env E``
+    starts); a section given as an object is kept whole.
+    """
 
     algo: str
     """Registered algorithm name (epochtrain.registry.ALGORITHMS)."""
     env_id: str
     """Gymnasium env id."""
-    config: Config
+    config: Config = _FROM_TUNED
     """The algorithm's config (PPOConfig for 'ppo', ...)."""
-    trainer: TrainerParams
+    trainer: TrainerParams = _FROM_TUNED
     """The trainer params (OnpolicyParams, OffpolicyParams or OfflineParams by the algo)."""
-    num_envs: int = param(1, ge=0)
+    num_envs: int = param(_FROM_TUNED, ge=0)
     """Training envs (0 for offline algorithms)."""
     num_test_envs: int = param(10, ge=1)
     """Test envs; ``make_trainer`` builds at most ``episode_per_test`` of them (one more
@@ -104,17 +123,26 @@ class RunSpec(Config):
     """How the training and test envs are vectorised (:func:`epochtrain.envs.make_envs`):
     'sync' (one process; checkpoints hold the in-flight episodes), 'async' (gymnasium's
     AsyncVectorEnv, a process per env) or 'envpool' (extra ``envpool``)."""
-    buffer: BufferSpec = BufferSpec()
+    buffer: BufferSpec = _FROM_TUNED
     """The training buffer."""
     logging: LogSpec = LogSpec()
     """Where the curves go."""
-    stop_at: float | None = None
+    stop_at: float | None = _FROM_TUNED
     """Stop once the best mean test return reaches this (None: run all epochs)."""
     dataset: str | None = None
     """Offline algorithms: the dataset file (written by `epochtrain collect`), or
     'minari:<dataset id>' for a local Minari dataset."""
     device: str = "cpu"
     """Torch device of the networks ('cpu', 'cuda:0', ...)."""
+
+    def __post_init__(self) -> None:
+        """Fill in the settings left out from the tuned spec, then validate."""
+        unset = [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is _FROM_TUNED]
+        if unset:
+            tuned = RunSpec.tuned(self.algo, self.env_id)  # names a bad algo or env
+            for name in unset:
+                object.__setattr__(self, name, getattr(tuned, name))
+        super().__post_init__()
 
     def check(self) -> None:
         """The algo, env and the kinds of the nested settings must agree."""
@@ -248,10 +276,7 @@ class RunSpec(Config):
                 top[field] = value
             else:
                 nested[section][field] = value
-        if "step_per_collect" not in nested["trainer"] and nested["trainer"].get(
-            "episode_per_collect"
-        ):
-            nested["trainer"]["step_per_collect"] = None  # collect by episodes instead
+        _collect_by_episodes(nested["trainer"])
         for section, changes in nested.items():
             if changes:
                 top[section] = _replace(getattr(self, section), changes)
@@ -260,8 +285,11 @@ class RunSpec(Config):
     # ------------------------------------------------------------- plain data
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
-        """Build from :meth:`to_dict`'s output. Missing settings take their defaults: the
-        field's, or for :data:`ENV_DEFAULTS` (``stop_at``) the env's, as :meth:`default`."""
+        """Build from :meth:`to_dict`'s output or a hand-written spec. A setting left out
+        takes its value in ``RunSpec.tuned(algo, env_id)``, and a table's settings apply over
+        the tuned spec's, as the same flags of ``epochtrain train --algo A --env E`` do. A
+        spec an earlier :meth:`to_toml` wrote (every table, every top-level setting) left
+        out its Nones: a nullable setting it lacks is None, so it reloads as it ran."""
         if not isinstance(data, Mapping):
             raise TypeError(f"RunSpec.from_dict needs a mapping, got {type(data).__name__}")
         for key in ("algo", "env_id"):
@@ -269,43 +297,32 @@ class RunSpec(Config):
                 raise ValueError(
                     f"a run spec needs {key!r} (e.g. algo = 'ppo', env_id = 'CartPole-v1')"
                 )
-        entry = algorithm(str(data["algo"]))
-        check_field_names(cls, data)
-        sections: dict[str, type[Config]] = {
-            "config": entry.config_cls,
-            "trainer": entry.params_cls,
-            "buffer": BufferSpec,
-            "logging": LogSpec,
-        }
-        values = dict(data)
-        for section, section_cls in sections.items():
-            raw = values.get(section, {})
-            if isinstance(raw, Config):
-                continue
-            if not isinstance(raw, Mapping):
-                raise TypeError(f"RunSpec.{section} must be a table of settings, got {raw!r}")
-            values[section] = section_cls.from_dict(_nones(section_cls, raw))
-        spec = cls(**_nones(cls, values))
-        if "stop_at" not in data and not _written_without_none(data):
-            # the env was checked above: its threshold, as default() takes
-            spec = dataclasses.replace(spec, stop_at=reward_threshold(spec.env_id))
-        return spec
+        base = cls.tuned(str(data["algo"]), data["env_id"])
+        _check_top_names(base, data)
+        written = _written_by_to_toml(data)
+        values = _nones(cls, {k: v for k, v in data.items() if k not in _SECTIONS})
+        if written:
+            values = {**_left_out_nones(cls, data), **values}
+        for section in _SECTIONS:
+            if section in data:
+                values[section] = _section_of(base, section, data[section], written)
+        return dataclasses.replace(base, **values)
 
     def to_json(self) -> str:
         """The spec as indented JSON."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     def to_toml(self) -> str:
-        """The spec as TOML. TOML has no null: a ``None`` that is the field's default is left
-        out (reading fills defaults back in), any other ``None`` is written ``"none"``, and
-        so is a ``None`` of :data:`ENV_DEFAULTS` (reading would fill in the env's)."""
+        """The spec as TOML, every setting written. TOML has no null: ``None`` is written
+        ``"none"``, except in a setting whose ``"none"`` would be a name (a directory or a
+        dataset): there None, every spec's default, is left out."""
 
         def lines_of(obj: Config, skip: tuple[str, ...] = ()) -> list[str]:
             lines = []
+            names = _text_or_none(type(obj))
             for f in dataclasses.fields(obj):
                 value = getattr(obj, f.name)
-                default_none = f.default is None and f.name not in ENV_DEFAULTS
-                if f.name in skip or (value is None and default_none):
+                if f.name in skip or (value is None and f.name in names):
                     continue
                 if isinstance(value, tuple):
                     value = list(value)
@@ -369,13 +386,96 @@ def reward_threshold(env_id: str) -> float | None:
     return None if threshold is None else float(threshold)
 
 
-def _written_without_none(data: Mapping[str, Any]) -> bool:
-    """True for a spec file written by :meth:`RunSpec.to_toml` before it wrote
-    ``stop_at = "none"``: it held every other top-level setting and left out ``stop_at``,
-    its None (a sweep's ``spec.toml`` of then must reload as it ran)."""
-    never_none = {f.name for f in dataclasses.fields(RunSpec) if f.default is not None}
-    top = never_none - {*_SECTIONS}
-    return top <= set(data) and all(section in data for section in ("config", "trainer"))
+def _written_by_to_toml(data: Mapping[str, Any]) -> bool:
+    """True for a spec that :meth:`RunSpec.to_toml` wrote, earlier versions included: it has
+    every table and every top-level setting that cannot be None. The earlier ones left out
+    each None whose field default was None (``stop_at`` too, before it was written
+    ``"none"``): a sweep's ``spec.toml`` of then must reload as it ran."""
+    nullable = {name for name, _ in _nullable(RunSpec)}
+    top = {f.name for f in dataclasses.fields(RunSpec)} - nullable - {*_SECTIONS}
+    return top <= set(data) and all(isinstance(data.get(s), Mapping) for s in _SECTIONS)
+
+
+def _nullable(cls: type[Config]) -> list[tuple[str, bool]]:
+    """``(name, allows text)`` of each field of ``cls`` that may be None."""
+    return [
+        (f.name, "str" in str(f.type)) for f in dataclasses.fields(cls) if "None" in str(f.type)
+    ]
+
+
+def _text_or_none(cls: type[Config]) -> set[str]:
+    """Fields of ``cls`` that are text or None: their ``"none"`` is text, not None."""
+    return {name for name, text in _nullable(cls) if text}
+
+
+def _left_out_nones(cls: type[Config], data: Mapping[str, Any]) -> dict[str, None]:
+    """``{name: None}`` for each nullable field of ``cls`` missing from ``data``."""
+    return {name: None for name, _ in _nullable(cls) if name not in data}
+
+
+def _check_top_names(base: RunSpec, data: Mapping[str, Any]) -> None:
+    """``TypeError`` for a top-level key that is no field of :class:`RunSpec`; a setting of
+    a table (``lr`` beside ``algo``) names the table it belongs in."""
+    fields = {f.name for f in dataclasses.fields(RunSpec)}
+    for key in data:
+        if key in fields:
+            continue
+        try:
+            section, name = base.resolve_name(str(key))
+        except ValueError:
+            break  # unknown or ambiguous: check_field_names names the close matches
+        raise TypeError(
+            f"RunSpec has no field {key!r}: {name!r} is a {section} setting: write it under "
+            f"[{section}] (the {section!r} table)"
+        )
+    check_field_names(RunSpec, data)
+
+
+def _section_of(base: RunSpec, section: str, raw: Any, written: bool) -> Config:
+    """Table ``section`` of a spec's data applied over ``base``'s (a config object as is)."""
+    if isinstance(raw, Config):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"RunSpec.{section} must be a table of settings, got {raw!r}")
+    current: Config = getattr(base, section)
+    _check_section_names(base.algo, section, type(current), raw)
+    changes = _nones(type(current), raw)
+    if written:
+        changes = {**_left_out_nones(type(current), raw), **changes}
+    if section == "trainer":
+        _collect_by_episodes(changes)
+    return _replace(current, changes)
+
+
+def _check_section_names(
+    algo: str, section: str, cls: type[Config], raw: Mapping[str, Any]
+) -> None:
+    """``TypeError`` for a key of table ``section`` that is no field of ``cls``; a setting
+    of other algorithms (``warmup_steps`` for ``ppo``) names them."""
+    own = {f.name for f in dataclasses.fields(cls)}
+    classes: dict[str, type[Config]] = {}
+    if section in ("config", "trainer"):
+        classes = {
+            name: entry.config_cls if section == "config" else entry.params_cls
+            for name, entry in sorted(ALGORITHMS.items())
+        }
+    for key in raw:
+        other = [
+            name for name, c in classes.items() if key in {f.name for f in dataclasses.fields(c)}
+        ]
+        if key not in own and other:
+            raise TypeError(
+                f"{cls.__name__} has no field {key!r}: it is a setting of "
+                f"{', '.join(map(repr, other))}, not of {algo!r}; drop it from [{section}]"
+            )
+    check_field_names(cls, raw)
+
+
+def _collect_by_episodes(trainer_changes: dict[str, Any]) -> None:
+    """``episode_per_collect`` given without ``step_per_collect`` collects by episodes: the
+    step count (the base's) is dropped, as ``--episode-per-collect`` does."""
+    if "step_per_collect" not in trainer_changes and trainer_changes.get("episode_per_collect"):
+        trainer_changes["step_per_collect"] = None
 
 
 def check_env_id(env_id: str) -> None:
@@ -418,11 +518,7 @@ def _replace(section: Config, changes: Mapping[str, Any]) -> Config:
 
 def _nones(cls: type[Config], raw: Mapping[str, Any]) -> dict[str, Any]:
     """TOML has no null: the string ``"none"`` stands for None in a field that allows it."""
-    allows_none = {
-        f.name
-        for f in dataclasses.fields(cls)
-        if "None" in str(f.type) and "str" not in str(f.type)
-    }
+    allows_none = {name for name, text in _nullable(cls) if not text}
     return {k: None if k in allows_none and v == "none" else v for k, v in raw.items()}
 
 

@@ -198,7 +198,10 @@ def settings_help() -> str:
 
     out = [
         "settings (--set NAME=VALUE; NAME is dotted, e.g. trainer.batch_size, or a bare name "
-        "found in one place; VALUE is a TOML literal or none):"
+        "found in one place; VALUE is a TOML literal or none). Each shows its class default: "
+        "a setting that no flag, --set or --config file gives takes the tuned spec's value "
+        "(the algorithm's general setting and its preset for the env), which `epochtrain "
+        "config --algo A --env E` prints:"
     ]
     out += block("run:", RunSpec, "")
     out += block("trainer (on-policy algorithms):", OnpolicyParams, "trainer.")
