@@ -9,10 +9,11 @@ travel in its ``state_dict`` (through ``get_extra_state``).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, ParamSpec, TypeVar
 
 import gymnasium as gym
 import torch
@@ -50,6 +51,7 @@ TrainerKind = Literal["onpolicy", "offpolicy", "offline"]
 TRAINER_KINDS: tuple[TrainerKind, ...] = ("onpolicy", "offpolicy", "offline")
 
 TConfig = TypeVar("TConfig", bound=Config)
+P = ParamSpec("P")
 
 
 def resolve_config(
@@ -175,6 +177,29 @@ def bootstrap_discount(batch: Batch, gamma: float, like: Tensor) -> Tensor:
     return batch.discount.to(like.dtype)
 
 
+_WITHOUT_GRAD = "_epochtrain_without_grad"
+"""Marks an ``act`` that :func:`_without_grad` wrapped (so it is wrapped once)."""
+
+
+def _without_grad(act: Callable[P, ActResult]) -> Callable[P, ActResult]:
+    """``act`` run under ``torch.no_grad()``: its actions and extras track no gradient and
+    no autograd graph is built. :class:`Policy` wraps every subclass's own ``act`` so.
+
+    Where grad is off already (the collector acts under ``torch.inference_mode()``) it
+    only checks that: one C call per step.
+    """
+
+    @functools.wraps(act)
+    def act_without_grad(*args: P.args, **kwargs: P.kwargs) -> ActResult:
+        if not torch.is_grad_enabled():
+            return act(*args, **kwargs)
+        with torch.no_grad():
+            return act(*args, **kwargs)
+
+    act_without_grad.__dict__[_WITHOUT_GRAD] = True
+    return act_without_grad
+
+
 def _trainable(opt: torch.optim.Optimizer) -> list[Tensor]:
     """The parameters of ``opt`` that require a gradient."""
     return [p for group in opt.param_groups for p in group["params"] if p.requires_grad]
@@ -257,9 +282,21 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
             else 0
         )
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap the ``act`` a subclass defines in :func:`_without_grad`, so that every
+        policy's ``act`` runs without grad, called by a collector or by a user."""
+        super().__init_subclass__(**kwargs)
+        act = cls.__dict__.get("act")
+        if callable(act) and not getattr(act, _WITHOUT_GRAD, False):
+            type.__setattr__(cls, "act", _without_grad(act))
+
     @abstractmethod
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
-        """Actions (and extras to store) for a batch of observations; runs without grad."""
+        """Actions (and extras to store) for a batch of observations.
+
+        Runs without grad (under ``torch.no_grad()``, which this base adds to every
+        subclass's ``act``): the tensors returned track no gradient.
+        """
 
     def process_rollout(self, batch: Batch) -> Batch:
         """Add learning targets to a ``[time, env]`` rollout; the default changes nothing."""
