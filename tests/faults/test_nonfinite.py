@@ -159,7 +159,8 @@ def test_nonfinite_data_in_the_warm_up_follows_on_nonfinite_too() -> None:
     envs = faulty_vec(2, bad=0, fault="nan_obs", fault_at=5, mode="sync")
     trainer = dqn_trainer(envs, on_nonfinite="stop", warmup_steps=40)
     stats = list(trainer)
-    assert trainer.stop_reason == "nonfinite" and stats == []  # ended before epoch 1
+    assert trainer.stop_reason == "nonfinite" and [s.epoch for s in stats] == [1]  # as on-policy
+    assert stats[0].train_collect_stat is None and stats[0].info_stat.env_step == 8
     assert "sub-env 0" in (trainer.nonfinite_message or "")
 
 

@@ -12,10 +12,11 @@ Both autoreset modes of ``gymnasium.vector`` are handled, read from
 
 Per-step Python work is O(1) in the number of envs except at episode ends.
 
-Faults: every step's observations and rewards are checked for NaN and inf with one
-vectorised reduction each (a ``NonFiniteError`` names the sub-env); an exception in the
-env's ``step()`` or ``reset()`` closes the env (no worker process is left behind) and is
-re-raised as an ``EnvError`` naming the sub-env and the env id (see
+Faults: every step's observations and rewards (and float64 actions) are checked for NaN
+and inf, and the float64 ones for values beyond float32's range, which the buffer would
+store as inf, with one vectorised reduction each (a ``NonFiniteError`` names the sub-env);
+an exception in the env's ``step()`` or ``reset()`` closes the env (no worker process is
+left behind) and is re-raised as an ``EnvError`` naming the sub-env and the env id (see
 :mod:`epochtrain.data.env_faults`).
 
 The policy's actions reach the env through :func:`~epochtrain.data.actions.env_action_map`
@@ -49,7 +50,14 @@ from gymnasium.vector import AutoresetMode
 from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
-from epochtrain.data.env_faults import check_finite, env_label, failed_sub_env, terminate_workers
+from epochtrain.data.env_faults import (
+    F32_SQUARED,
+    check_finite,
+    env_label,
+    failed_sub_env,
+    leaves_fit,
+    terminate_workers,
+)
 from epochtrain.data.env_snapshots import env_levels, env_snapshot, restore_env, unpickle_env
 from epochtrain.errors import EnvError
 from epochtrain.stats import CollectStats
@@ -58,6 +66,8 @@ __all__ = ["Actor", "Collector", "ObsTransform"]
 
 LONG_EPISODE = 100_000
 """Steps after which an episode that ``collect`` waits for draws a warning (once)."""
+
+_FLOAT64 = np.dtype(np.float64)
 
 ObsTransform = Callable[[np.ndarray, bool], np.ndarray]
 """``transform(obs, update) -> obs``: maps a batch of observations (``update``: new data)."""
@@ -230,6 +240,8 @@ class Collector:
         no_extras: dict[str, np.ndarray] = {}
         extras = no_extras
         float_obs = isinstance(obs, np.ndarray) and obs.dtype.kind == "f"
+        wide_obs = float_obs and obs.dtype.itemsize > 4  # stored as float32: may overflow
+        dict_obs = isinstance(obs, dict)
         to_env, from_env = self._to_env, self._from_env
         with torch.inference_mode():
             while True:
@@ -247,11 +259,23 @@ class Collector:
                     obs_next, rew, terminated, truncated, info = env.step(env_act)
                 except Exception as exc:
                     self._env_failed(exc, "step", steps)
-                # one reduction per array; a NaN or inf anywhere makes the sum non-finite
-                if (float_obs and not math.isfinite(obs_next.sum())) or not math.isfinite(
-                    rew.sum()
+                # One reduction per array: a NaN or inf anywhere makes a sum non-finite. A
+                # float64 array (every reward is one) is stored as float32: its sum of
+                # squares, which cannot cancel, also bounds every value to float32's range.
+                if (
+                    not (np.vdot(rew, rew) < F32_SQUARED)
+                    or (
+                        float_obs
+                        and not (
+                            np.vdot(obs_next, obs_next) < F32_SQUARED
+                            if wide_obs
+                            else math.isfinite(obs_next.sum())
+                        )
+                    )
+                    or (dict_obs and not leaves_fit(obs_next))
+                    or (act.dtype == _FLOAT64 and not (np.vdot(act, act) < F32_SQUARED))
                 ):
-                    check_finite(env, obs_next, rew, steps)
+                    check_finite(env, obs_next, rew, steps, act)
                 rows += 1
                 if transform is not None:
                     obs_next = transform(obs_next, True)

@@ -1,12 +1,16 @@
 """Env faults: find the sub-env behind a non-finite value or an exception, and stop workers.
 
-The :class:`~epochtrain.data.collector.Collector` calls these only once something went
-wrong (a per-step reduction was not finite, ``step()``/``reset()``/``close()`` raised), so
-none of them is on its per-step path.
+A non-finite value is NaN or inf, or a finite float64 beyond float32's range: the replay
+buffer stores it as float32, where it is inf (:data:`F32_MAX`). The
+:class:`~epochtrain.data.collector.Collector` calls these only once something went wrong (a
+per-step reduction was not below its bound, ``step()``/``reset()``/``close()`` raised), so
+none of them is on its per-step path, but :func:`leaves_fit`, that reduction for dict
+observations.
 """
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Any
 
@@ -16,38 +20,114 @@ import numpy as np
 from epochtrain.data.env_snapshots import env_levels
 from epochtrain.errors import NonFiniteError
 
-__all__ = ["check_finite", "env_label", "failed_sub_env", "terminate_workers"]
+__all__ = [
+    "F32_MAX",
+    "F32_SQUARED",
+    "check_finite",
+    "env_label",
+    "failed_sub_env",
+    "leaves_fit",
+    "terminate_workers",
+]
 
 
-def check_finite(env: Any, obs: Any, rew: np.ndarray | None, steps: int) -> None:
-    """Raise ``NonFiniteError`` naming the first sub-env whose obs or reward is NaN or inf
-    (run only when the cheap per-step reduction was not finite)."""
+F32_MAX = float(np.finfo(np.float32).max)
+"""The largest float32: a float64 value beyond it is inf in the replay buffer, which stores
+float64 observations and actions, and every reward, as float32."""
+F32_SQUARED = F32_MAX * F32_MAX
+"""The collector's per-step bound on a float64 array's sum of squares (``np.vdot(x, x)``):
+below it, every value is finite and within float32's range; at or above it (or NaN), a
+value may not be, and :func:`check_finite` looks. Squares cannot cancel, as a sum can."""
+
+_FIXES = {
+    "observation": "gymnasium.wrappers.TransformObservation",
+    "reward": "gymnasium.wrappers.TransformReward",
+    "action": "gymnasium.wrappers.RescaleAction",
+}
+
+
+def check_finite(
+    env: Any, obs: Any, rew: np.ndarray | None, steps: int, act: np.ndarray | None = None
+) -> None:
+    """Raise ``NonFiniteError`` naming the first sub-env whose observation, reward or action
+    is NaN or inf, or finite but beyond float32's range (it would be inf once stored: see
+    :data:`F32_MAX`). Run only when the cheap per-step reduction was not below its bound."""
     leaves = [obs] if not isinstance(obs, dict) else _float_leaves(obs)
     n = len(rew) if rew is not None else len(leaves[0])
-    bad_obs = np.zeros(n, dtype=bool)
-    for leaf in leaves:
-        if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
-            bad_obs |= ~np.isfinite(leaf.reshape(n, -1)).all(axis=1)
-    bad_rew = np.zeros(n, dtype=bool) if rew is None else ~np.isfinite(rew)
-    bad = np.flatnonzero(bad_obs | bad_rew)
-    if len(bad) == 0:
-        return  # the sum overflowed on large finite values
-    i = int(bad[0])
-    what = "observation" if bad_obs[i] else "reward"
-    if bad_obs[i]:
-        value = repr(obs if isinstance(obs, dict) else obs[i])
-    else:
-        assert rew is not None  # a reward is bad only where there are rewards
-        value = repr(rew[i]) + ("; a reward of None reads as nan too" if np.isnan(rew[i]) else "")
+    found: dict[str, tuple[np.ndarray, np.ndarray]] = {
+        "observation": _bad_rows([leaf for leaf in leaves if isinstance(leaf, np.ndarray)], n),
+        "reward": _bad_rows([] if rew is None else [np.asarray(rew, dtype=np.float64)], n),
+        "action": _bad_rows([] if act is None else [act], n),
+    }
+    bad = np.zeros(n, dtype=bool)
+    for nonfinite, overflow in found.values():
+        bad |= nonfinite | overflow
+    if not bad.any():
+        return  # large finite values whose reduction overflowed
+    i = int(np.flatnonzero(bad)[0])
+    what = next(k for k, (nonfinite, overflow) in found.items() if nonfinite[i] or overflow[i])
+    source = {"observation": obs, "reward": rew, "action": act}[what]
+    value = repr(_row(source, i))
     env_id = env_label(env, i)
-    guard = "TransformObservation" if bad_obs[i] else "TransformReward"
-    raise NonFiniteError(
-        f"the {what} of sub-env {i} of {env_id!r} is not finite ({what} {value}) after "
-        f"{steps} env steps of this collect step; check the env (or wrap it in a NaN "
-        f"guard, e.g. gymnasium.wrappers.{guard})",
-        where=f"{what} of sub-env {i} of {env_id!r}",
-        env_step=steps,
-    )
+    where = f"{what} of sub-env {i} of {env_id!r}"
+    if found[what][0][i]:
+        if what == "reward" and np.isnan(np.asarray(rew, dtype=np.float64)[i]):
+            value += "; a reward of None reads as nan too"
+        message = (
+            f"the {where} is not finite ({what} {value}) after {steps} env steps of this "
+            f"collect step; check the env (or wrap it in a NaN guard, e.g. {_FIXES[what]})"
+        )
+    else:
+        message = (
+            f"the {where} is {value}: finite, but it overflows the replay buffer's float32 "
+            f"storage (beyond +-{F32_MAX:.4g}, it would be stored as inf and make every "
+            f"loss learned from it inf), after {steps} env steps of this collect step; "
+            f"scale or clip the env's {what}s into float32's range (e.g. {_FIXES[what]})"
+        )
+    raise NonFiniteError(message, where=where, env_step=steps)
+
+
+def leaves_fit(obs: dict[str, Any]) -> bool:
+    """The per-step check of a dict observation (the collector's, one reduction per float
+    leaf): True when no leaf can hold NaN, inf or a float64 beyond float32's range (see
+    :data:`F32_SQUARED`); False sends it to :func:`check_finite`."""
+    for leaf in obs.values():
+        if isinstance(leaf, dict):
+            if not leaves_fit(leaf):
+                return False
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
+            if leaf.dtype.itemsize > 4:
+                if not np.vdot(leaf, leaf) < F32_SQUARED:
+                    return False
+            elif not math.isfinite(leaf.sum()):
+                return False
+    return True
+
+
+def _bad_rows(arrays: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the float ``arrays`` (``n`` rows each): any value NaN or inf; any value
+    finite but beyond float32's range in an array wider than float32 (the buffer keeps
+    those as float32; every reward too, which is passed as float64)."""
+    nonfinite = np.zeros(n, dtype=bool)
+    overflow = np.zeros(n, dtype=bool)
+    for arr in arrays:
+        if arr.dtype.kind != "f":
+            continue
+        rows = arr.reshape(n, -1)
+        finite = np.isfinite(rows)
+        nonfinite |= ~finite.all(axis=1)
+        if arr.dtype.itemsize > 4:
+            with np.errstate(over="ignore"):
+                stored = np.isfinite(rows.astype(np.float32))
+            overflow |= (finite & ~stored).any(axis=1)
+    return nonfinite, overflow
+
+
+def _row(data: Any, i: int) -> Any:
+    """Sub-env ``i``'s part of a batch (of each leaf of a dict observation)."""
+    if isinstance(data, dict):
+        return {k: _row(v, i) for k, v in data.items()}
+    return np.asarray(data)[i]
 
 
 def _float_leaves(obs: dict[str, Any]) -> list[np.ndarray]:

@@ -338,10 +338,10 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
                         self._test_step()
                         if self._stop_fn_fired():
                             self._finish("stop_fn")
-                if self._finished:
+                if self._finished and self.stop_reason != "nonfinite":
                     self.state.total_time += time.perf_counter() - start
                     raise StopIteration
-                stats = self._run_epoch()
+                stats = self._run_epoch()  # NaN env data at the start: epoch 1 says so
                 self.state.total_time += time.perf_counter() - start
                 stats.info_stat.total_time = self.state.total_time
                 self._ops.call("epoch_end", stats)

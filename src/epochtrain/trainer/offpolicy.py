@@ -26,6 +26,7 @@ from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer import async_collection as ac
 from epochtrain.trainer.online import OnlineTrainer
 from epochtrain.trainer.params import OffpolicyParams, TrainerParams
+from epochtrain.trainer.safety import on_nonfinite
 
 __all__ = ["OffpolicyTrainer"]
 
@@ -80,12 +81,21 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
             raise
 
     def _start(self) -> None:
+        """Seed the envs, then collect ``warmup_steps`` env steps with random actions.
+
+        Non-finite data in the warm-up goes through ``on_nonfinite`` as a training collect
+        step's does; when that ends the run, the first epoch (no training, no test) reports
+        it, as an on-policy run's first epoch does.
+        """
         super()._start()
-        if self.params.warmup_steps > 0:
+        if self.params.warmup_steps > 0 and not self._finished:
             self.policy.set_progress(self.state.env_step)
             try:
                 stat = self.train_collector.collect(n_step=self.params.warmup_steps, random=True)
-            except (NonFiniteError, EnvError) as exc:  # as any training collect's
+            except NonFiniteError as exc:  # raises, or ends the run: epoch 1 reports it
+                self._warmup_failed(exc)
+                return
+            except EnvError as exc:  # as any training collect's
                 self._collect_failed(exc)
                 return
             self.state.env_step += stat.n_collected_steps
@@ -94,6 +104,13 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
             self.logger.log_train_data(stat, self.state.env_step)
             if self._ops["batch_process"]:  # e.g. normalisers see the warm-up data too
                 self._ops.process("batch_process", self._collected_rows())
+
+    def _warmup_failed(self, exc: NonFiniteError) -> None:
+        """Apply ``on_nonfinite`` to non-finite data of the warm-up and count the env
+        steps it made (as :meth:`_collect_failed` does for a training collect step)."""
+        env_step = self.state.env_step + (exc.env_step or 0)
+        on_nonfinite(self, exc, f"env step {env_step} of the random warm-up")
+        self.state.env_step = env_step
 
     def policy_update_fn(self, collect_stats: CollectStats | None) -> TTrainingStats | None:
         """Run the whole part of ``update_credit + update_per_step * n_collected_steps``

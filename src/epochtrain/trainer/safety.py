@@ -59,11 +59,15 @@ def on_nonfinite(trainer: BaseTrainer[Any], exc: NonFiniteError, step: str) -> N
     """Apply ``trainer.params.on_nonfinite`` to ``exc`` (``step`` says where it happened)."""
     message = (
         f"{exc} at {step} (epoch {trainer.state.epoch}); the weights are unchanged and "
-        f"finite; {last_checkpoint_text(trainer)}. Set on_nonfinite='stop' to end the run "
-        "there instead, or 'skip' to skip such gradient steps"
+        f"finite; {last_checkpoint_text(trainer)}"
     )
     if trainer.params.on_nonfinite == "raise":
-        raise NonFiniteError(message, where=exc.where) from exc
+        # env data (it has an env step) cannot be skipped: "skip" stops there as "stop" does
+        skip = "" if exc.env_step is not None else ", or 'skip' to skip such gradient steps"
+        raise NonFiniteError(
+            f"{message}. Set on_nonfinite='stop' to end the run there instead{skip}",
+            where=exc.where,
+        ) from exc
     trainer.nonfinite_message = message
     trainer.request_stop("nonfinite")
 
