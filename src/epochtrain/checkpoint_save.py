@@ -308,6 +308,18 @@ def hold_checkpoint_dir(trainer: BaseTrainer[Any]) -> None:
     lock.acquire()
 
 
+def adopt_checkpoint_lock(trainer: BaseTrainer[Any], lock: CheckpointLock) -> None:
+    """Give ``trainer`` the writer lock of its ``checkpoint_dir`` that the caller took before
+    building it (a sweep's run: nothing is created in the run's directory unlocked); the
+    trainer's saves and loads hold it from here, and :func:`hold_checkpoint_dir` keeps it."""
+    if trainer.checkpoint_dir is None or lock.root != trainer.checkpoint_dir:
+        raise ValueError(
+            f"the lock of {os.fspath(lock.root)!r} is not that of the trainer's "
+            f"checkpoint_dir {trainer.checkpoint_dir!r}"
+        )
+    trainer._checkpoint_lock = lock
+
+
 def refuse_another_runs_checkpoints(trainer: BaseTrainer[Any]) -> None:
     """Raise :class:`CheckpointError` before a run starts from scratch (nothing loaded, no
     epoch done, nothing saved by this trainer) in a ``checkpoint_dir`` that holds another

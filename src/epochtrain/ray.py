@@ -42,12 +42,15 @@ from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
     CHECKPOINTS,
+    close_envs,
     failed_result,
     finished_result,
+    hold_run,
     in_use_error,
     note_in_use,
     open_trainer,
     read_json,
+    run_in_use,
     spec_of,
     write_json,
 )
@@ -152,12 +155,21 @@ class EpochTrainable(tune.Trainable):
         self._take_config(config)
 
     def _take_config(self, config: Mapping[str, Any]) -> None:
+        self.cleanup()  # a reused actor's previous run: its envs, loggers and lock
         self.run_dir = None if RUN_DIR_KEY not in config else Path(config[RUN_DIR_KEY])
         self._config = dict(config)
         self._trainer: Any = None
         self._ended = False  # a run_dir trial that failed or is another sweep's: no save
         self.wall_time = 0.0
         """Seconds this run has spent in ``next(trainer)`` (a restored trial's included)."""
+
+    def cleanup(self) -> None:
+        """Close the trainer, if built (its envs, then its loggers; a run directory's lock is
+        released): Tune calls this when the trial stops, and a reused actor before its next
+        trial."""
+        trainer, self._trainer = getattr(self, "_trainer", None), None
+        if trainer is not None:
+            close_envs(trainer)
 
     @property
     def trainer(self) -> Any:
@@ -232,8 +244,12 @@ class EpochTrainable(tune.Trainable):
         if holder is not None:
             note_in_use(self.run_dir, holder)
             return {"done": True, "failed": 0.0}
-        failed_result(self.run_dir, spec_of(self.run_dir), exc)
-        return {"done": True, "failed": 1.0}
+        with hold_run(self.run_dir) as ours:  # its trainer's lock, or taken for the write
+            if ours:
+                failed_result(self.run_dir, spec_of(self.run_dir), exc)
+        if not ours:  # another sweep took the run over since (a run that failed to open)
+            note_in_use(self.run_dir, run_in_use(self.run_dir) or "it has ended since")
+        return {"done": True, "failed": float(ours)}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         """Write our checkpoint into ``checkpoint_dir`` (Tune persists it); nothing for a

@@ -23,6 +23,7 @@ from epochtrain.experiment.runs import (
     FORMAT_VERSION,
     SPEC_FILE,
     check_same_run,
+    is_finished,
     read_index,
     resolve_spec,
     sample_settings,
@@ -46,7 +47,9 @@ def prepare_runs(specs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
     the runs it listed, adds the new ones and drops, with a warning, a listed run whose
     directory was deleted (a sweep that includes it starts it again). The update happens
     under a lock on ``out_dir``, so sweeps set up at once all get their runs listed; an
-    unchanged file is not written again (a finished sweep re-runs on a read-only copy).
+    unchanged file is not written again, nor the ``spec.toml`` of a finished run copied or
+    moved from elsewhere (whose log and checkpoint paths name its old place): a finished
+    sweep re-runs on a read-only copy, and an unfinished one resumes in its copy.
     """
     ids = [spec.run_id for spec in specs]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
@@ -104,10 +107,15 @@ def _plan(specs: Sequence[RunSpec], out_dir: Path) -> _Plan:
             check_same_run(stored[run_id], spec, out_dir / run_id)
     dropped = [r for r in listed if r not in wanted and not (out_dir / r).exists()]
     runs = [r for r in dict.fromkeys([*listed, *wanted]) if r not in dropped]
+    # A run directory copied or moved here holds a spec.toml naming its old place (the
+    # other settings were checked above): rewritten for a run still to run, which runs here;
+    # a finished run's is left alone, so re-running a finished sweep on a read-only copy
+    # writes nothing (open_trainer places a run wherever its directory is now).
     writes = [
         (out_dir / run_id, spec)
         for run_id, spec in wanted.items()
-        if run_id not in stored or stored[run_id].to_toml() != spec.to_toml()
+        if run_id not in stored
+        or (stored[run_id].to_toml() != spec.to_toml() and not is_finished(out_dir / run_id))
     ]
     return _Plan(writes, runs, runs != listed or not index.is_file(), dropped)
 

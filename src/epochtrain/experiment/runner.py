@@ -4,7 +4,8 @@ Backends, which write the same run directories and the same numbers for the same
 
 - ``"lockstep"``: one process; the trainers are built together and advanced one epoch each
   in turn (the ``zip`` usage of the iterator), each owning its random streams; a sweep
-  whose replay buffers together would not fit in memory is refused before any run opens
+  whose runs (buffers, offline datasets, networks) together would not fit in memory is
+  refused before any run opens
   (:func:`~epochtrain.experiment.memory.check_lockstep_memory`);
 - ``"processes"``: a pool of ``workers`` spawned processes, one run at a time each
   (:mod:`epochtrain.experiment.processes`);
@@ -18,7 +19,9 @@ run computes the same floats whichever backend runs it. Re-running skips runs wh
 ``result.json`` says finished, and resumes the others (interrupted or failed) from their
 latest checkpoint. A run that raises gets a ``result.json`` with ``status = "failed"`` and
 its error, and the other runs go on; a run another live sweep is running (its checkpoint
-lock) is skipped with a warning and its files are left alone. An interrupt (Ctrl-C, or
+lock) is skipped with a warning and its files are left alone. A sweep takes a run's lock
+before it builds the run's trainer and holds it until the run's ``result.json`` is written
+(:func:`~epochtrain.experiment.runs.open_trainer`). An interrupt (Ctrl-C, or
 SIGTERM through the CLI) stops every run at its last complete epoch, closes its envs and is
 raised again; the interrupted runs get no ``result.json`` and resume on the next run.
 """
@@ -41,6 +44,7 @@ from epochtrain.experiment.runs import (
     close_envs,
     failed_result,
     finished_result,
+    hold_run,
     in_use_error,
     is_finished,
     note_in_use,
@@ -62,15 +66,18 @@ def grid(
     envs: Sequence[str],
     seeds: Iterable[int],
     *,
-    base: RunSpec | None = None,
+    base: RunSpec | str | os.PathLike[str] | None = None,
     **overrides: object,
 ) -> list[RunSpec]:
     """Every (algorithm, env, seed) run as a :class:`RunSpec`, in that nesting order.
 
-    Each spec is ``RunSpec.tuned(algo, env, seed=seed)`` (or ``base`` moved to the env and
-    seed, for settings read from a file) with ``overrides`` applied by setting name
-    (``max_epoch=5``, ``lr=3e-4``, ``**{"trainer.batch_size": 128}``). Unknown algorithms,
-    envs and settings raise ``ValueError`` before any run starts.
+    Each spec is ``RunSpec.tuned(algo, env, seed=seed)`` with ``overrides`` applied by
+    setting name (``max_epoch=5``, ``lr=3e-4``, ``**{"trainer.batch_size": 128}``).
+    ``base`` replaces the tuned spec: a spec file's path is read for each env
+    (:meth:`RunSpec.from_file` with ``env_id``: the settings the file leaves out take that
+    env's tuned values, ``stop_at`` included); a :class:`RunSpec` is kept whole, moved to
+    each env and seed. Unknown algorithms, envs and settings raise ``ValueError`` before
+    any run starts.
     """
     seed_list = list(seeds)
     for name, values in (("algos", algos), ("envs", envs), ("seeds", seed_list)):
@@ -81,14 +88,16 @@ def grid(
     for seed in seed_list:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seeds must be non-negative ints, got {seed!r} in {seed_list}")
-    for algo in algos:
-        algorithm(algo)
-        if base is not None and algo != base.algo:
-            raise ValueError(
-                f"algos must be [{base.algo!r}] (the algo of base), got {list(algos)!r}"
-            )
     for env_id in envs:
         check_env_id(env_id)
+    bases = {env_id: _base_at(base, env_id) for env_id in envs} if base is not None else {}
+    for algo in algos:
+        algorithm(algo)
+        for spec in bases.values():
+            if algo != spec.algo:
+                raise ValueError(
+                    f"algos must be [{spec.algo!r}] (the algo of base), got {list(algos)!r}"
+                )
     specs = []
     for algo in algos:
         for env_id in envs:
@@ -96,12 +105,19 @@ def grid(
                 if base is None:
                     spec = RunSpec.tuned(algo, env_id, seed=seed)
                 else:
-                    spec = base.replace(env_id=env_id).with_overrides({"seed": seed})
+                    spec = bases[env_id].with_overrides({"seed": seed})
                 try:
                     specs.append(spec.with_overrides(overrides))
                 except (TypeError, ValueError) as exc:
                     raise type(exc)(f"grid run {spec.run_id}: {exc}") from exc
     return specs
+
+
+def _base_at(base: RunSpec | str | os.PathLike[str], env_id: str) -> RunSpec:
+    """``grid``'s ``base`` on ``env_id``: a file read for it, a spec moved to it."""
+    if isinstance(base, RunSpec):
+        return base if base.env_id == env_id else base.replace(env_id=env_id)
+    return RunSpec.from_file(base, env_id=env_id)
 
 
 def run_experiment(
@@ -156,7 +172,7 @@ def run_experiment(
         pending = _not_held([d for d in run_dirs if not is_finished(d)])
         check_writable(root, pending)
         if backend == "lockstep":
-            check_lockstep_memory(pending)  # the runs' buffers add up: refused before any opens
+            check_lockstep_memory(pending)  # the open runs add up: refused before any opens
         with Progress(run_dirs, pending, enabled=show_progress) as progress:
             if backend == "lockstep":
                 _run_lockstep(pending, progress)
@@ -283,16 +299,28 @@ def _advance_lockstep(
             if more:
                 progress.epoch(run_dir, trainer.state.epoch)
             else:
-                finished_result(run_dir, trainer, wall[run_dir])
-                progress.end(run_dir, failed=False)
+                with hold_run(run_dir) as ours:  # the trainer's lock, held to its close
+                    if ours:
+                        finished_result(run_dir, trainer, wall[run_dir])
                 close_envs(trainers.pop(run_dir))
+                _ended(run_dir, ours, progress, failed=False)
 
 
 def _end_with_error(run_dir: Path, exc: Exception, progress: Progress) -> None:
-    """Record ``run_dir`` as failed with ``exc``, unless another sweep holds it."""
-    holder = in_use_error(run_dir, exc)
-    if holder is not None:
-        note_in_use(run_dir, holder)
-        return
-    failed_result(run_dir, spec_of(run_dir), exc)
-    progress.end(run_dir, failed=True)
+    """Record ``run_dir`` as failed with ``exc`` under its lock (its trainer's, or taken
+    for the write when the run failed to open), unless another sweep holds it."""
+    if in_use_error(run_dir, exc) is None:
+        with hold_run(run_dir) as ours:
+            if ours:
+                failed_result(run_dir, spec_of(run_dir), exc)
+    else:
+        ours = False
+    _ended(run_dir, ours, progress, failed=True)
+
+
+def _ended(run_dir: Path, ours: bool, progress: Progress, *, failed: bool) -> None:
+    """``run_dir`` has ended here (``ours``: its result written) or is another sweep's."""
+    if ours:
+        progress.end(run_dir, failed=failed)
+    else:
+        note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")

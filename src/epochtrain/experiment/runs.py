@@ -11,17 +11,20 @@ trainer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
 import traceback
 import warnings
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from epochtrain.checkpoint import RUN_CHECKPOINTS
-from epochtrain.checkpoint_files import LOCK_FILE
+from epochtrain.checkpoint_files import LOCK_FILE, CheckpointLock
 from epochtrain.data.io import pid_alive, replace_file
 from epochtrain.errors import CheckpointError
 from epochtrain.spec import RunSpec
@@ -30,12 +33,14 @@ __all__ = [
     "EXPERIMENT_FILE",
     "RESULT_FILE",
     "SPEC_FILE",
+    "RunLock",
     "check_format",
     "check_same_run",
     "close_envs",
     "failed_result",
     "finished_result",
     "flatten",
+    "hold_run",
     "in_use_error",
     "is_finished",
     "note_in_use",
@@ -171,29 +176,89 @@ def read_test_curve(run_dir: Path) -> tuple[list[float], list[float]]:
     return steps, [points[s] for s in steps]
 
 
+class RunLock(CheckpointLock):
+    """The writer lock of a run's ``checkpoints/``, held by the sweep that runs it from
+    before its trainer is built until its ``result.json`` is written.
+
+    The trainer releases its lock after the run's last checkpoint; this one holds that
+    release back until :meth:`end` (:func:`close_envs`, or the trainer's collection), so no
+    other sweep takes a run over between its last epoch and its result.
+    """
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self._ending = False
+
+    def release(self) -> None:
+        """Held back until :meth:`end` (class docstring)."""
+        if self._ending:
+            super().release()
+
+    def end(self) -> None:
+        """Release the lock (if still ours)."""
+        self._ending = True
+        super().release()
+
+
+_RUN_LOCKS: weakref.WeakKeyDictionary[Any, RunLock] = weakref.WeakKeyDictionary()
+"""The :class:`RunLock` of each trainer :func:`open_trainer` opened, ended by :func:`close_envs`."""
+
+
 def open_trainer(run_dir: Path) -> Any:
     """The trainer of ``run_dir/spec.toml``, resumed from its latest checkpoint if any; a
     run without one starts over, and the log records an earlier start wrote are dropped.
 
-    Either way the run's writer lock is taken before its files are touched: a run another
-    sweep is running raises :class:`~epochtrain.checkpoint.CheckpointError` (closed, with
-    its log files as that sweep writes them)."""
+    The run's :class:`RunLock` is taken first, before anything is built or created in
+    ``run_dir``: a run another sweep is running raises
+    :class:`~epochtrain.checkpoint.CheckpointError` having touched nothing. The trainer
+    holds the lock until :func:`close_envs`. Its logs and checkpoints go to ``run_dir`` as
+    it is now: a sweep copied elsewhere (whose ``spec.toml`` may still name the old place)
+    resumes in its copy and never writes to the original."""
     from epochtrain.checkpoint import find_checkpoints
-    from epochtrain.checkpoint_save import hold_checkpoint_dir
+    from epochtrain.checkpoint_save import adopt_checkpoint_lock
     from epochtrain.factory import make_trainer
 
-    trainer = make_trainer(RunSpec.from_file(run_dir / SPEC_FILE))
+    here = run_dir.resolve()
+    lock = RunLock(here / CHECKPOINTS)  # the spec's checkpoint_dir, as resolved below
+    lock.acquire()
+    try:
+        trainer = make_trainer(resolve_spec(spec_of(run_dir), here))
+    except BaseException:
+        lock.end()
+        raise
+    adopt_checkpoint_lock(trainer, lock)  # its saves and loads hold it from here
+    _RUN_LOCKS[trainer] = lock
+    weakref.finalize(trainer, lock.end)
     try:
         if find_checkpoints(run_dir / CHECKPOINTS):
-            # loaded here rather than through resume_from, so the spec stays the one on disk
+            # loaded here rather than through resume_from, which the spec would record
             trainer.load_checkpoint(run_dir / CHECKPOINTS)
         else:  # started over (killed before its first checkpoint): old records are dropped
-            hold_checkpoint_dir(trainer)  # not those of a run another sweep writes now
             trainer.logger.load_state_dict(trainer.logger.state_dict())
     except BaseException:
-        trainer.close()
+        close_envs(trainer)
         raise
     return trainer
+
+
+@contextlib.contextmanager
+def hold_run(run_dir: Path) -> Iterator[bool]:
+    """Hold ``run_dir``'s writer lock for the block, to write its ``result.json``: yields
+    True if this process holds it (its trainer, or taken here and released after the
+    block), False if another live process does (that sweep runs it now: write nothing)."""
+    if _lock_holder(run_dir) == (os.getpid(), socket.gethostname()):
+        yield True
+        return
+    lock = CheckpointLock(run_dir / CHECKPOINTS)
+    try:
+        lock.acquire()
+    except CheckpointError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
 
 
 def timed_epoch(trainer: Any) -> tuple[bool, float]:
@@ -214,14 +279,18 @@ def timed_epoch(trainer: Any) -> tuple[bool, float]:
 
 
 def close_envs(trainer: Any) -> None:
-    """Close ``trainer`` (:meth:`BaseTrainer.close`: its envs, then its logger): an
-    ``env_backend='async'`` run's env processes end with its run, not when a reused worker
-    process exits. Its result is already written: an env or a logger that fails to close
-    changes nothing but a warning."""
+    """Close ``trainer`` (:meth:`BaseTrainer.close`: its envs, then its logger), then
+    release its :class:`RunLock`: an ``env_backend='async'`` run's env processes end with
+    its run, not when a reused worker process exits. Its result is already written: an env
+    or a logger that fails to close changes nothing but a warning."""
     try:
         trainer.close()
     except Exception as exc:  # e.g. a logger's upload at close; the envs closed first
         warnings.warn(f"closing the trainer of a finished run failed: {exc!r}", stacklevel=2)
+    finally:
+        lock = _RUN_LOCKS.pop(trainer, None)
+        if lock is not None:
+            lock.end()
 
 
 def _base(spec: RunSpec) -> dict[str, Any]:
@@ -272,10 +341,8 @@ def failed_result(run_dir: Path, spec: RunSpec, exc: BaseException) -> dict[str,
     return result
 
 
-def run_in_use(run_dir: Path) -> str | None:
-    """Who else writes ``run_dir`` now (``"process 12 on host 'h'"``): the holder of its
-    checkpoint lock if that is another live process (or one on another host, which cannot
-    be checked from here); ``None`` if free, stale or held by this process."""
+def _lock_holder(run_dir: Path) -> tuple[int, str] | None:
+    """``(pid, host)`` of the process ``run_dir``'s checkpoint lock names, if readable."""
     try:
         record = json.loads((run_dir / CHECKPOINTS / LOCK_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -284,6 +351,17 @@ def run_in_use(run_dir: Path) -> str | None:
     host = record.get("host") if isinstance(record, dict) else None
     if isinstance(pid, bool) or not isinstance(pid, int) or not isinstance(host, str):
         return None
+    return pid, host
+
+
+def run_in_use(run_dir: Path) -> str | None:
+    """Who else writes ``run_dir`` now (``"process 12 on host 'h'"``): the holder of its
+    checkpoint lock if that is another live process (or one on another host, which cannot
+    be checked from here); ``None`` if free, stale or held by this process."""
+    holder = _lock_holder(run_dir)
+    if holder is None:
+        return None
+    pid, host = holder
     if host == socket.gethostname() and (pid == os.getpid() or not pid_alive(pid)):
         return None
     return f"process {pid} on host {host!r}"
