@@ -342,8 +342,12 @@ class RunSpec(Config):
         return target
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> RunSpec:
-        """Read a spec written by :meth:`to_file` (or by hand) from ``.toml`` or ``.json``."""
+    def from_file(cls, path: str | os.PathLike[str], *, env_id: str | None = None) -> RunSpec:
+        """Read a spec written by :meth:`to_file` (or by hand) from ``.toml`` or ``.json``.
+
+        ``env_id`` moves the file's run to another env: the settings the file leaves out
+        take that env's tuned values (its ``stop_at`` too), as a file naming it would.
+        """
         source = Path(path)
         if not source.is_file():
             raise FileNotFoundError(f"spec file {os.fspath(source)!r} does not exist")
@@ -363,6 +367,8 @@ class RunSpec(Config):
             return data
 
         data = _by_suffix(source, toml=read_toml, json=read_json)
+        if env_id is not None:
+            data = {**data, "env_id": env_id}
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as exc:

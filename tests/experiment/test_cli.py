@@ -246,3 +246,31 @@ def test_sweep_and_compare_help_describe_their_command(
     opening = {"sweep": "Run every (algorithm, env, seed) of", "compare": "Compare the finished"}
     assert "[-h] " in text and opening[command] in text
     assert text.index(opening[command]) < text.index("options:")  # the description
+
+
+def test_a_spec_file_swept_on_another_env_takes_that_envs_tuned_settings_it_leaves_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epochtrain import RunSpec
+    from epochtrain.experiment import cli
+
+    file = tmp_path / "acrobot.toml"
+    file.write_text('algo = "ppo"\nenv_id = "Acrobot-v1"\n[config]\nent_coef = 0.02\n')
+    swept: list[RunSpec] = []
+
+    def capture(specs: list[RunSpec], *args: object, **kwargs: object) -> None:
+        swept.extend(specs)
+        raise KeyboardInterrupt  # stops the sweep before it writes anything
+
+    monkeypatch.setattr(cli, "run_experiment", capture)
+    argv = ["sweep", "--config", str(file), "--env", "CartPole-v1", "Acrobot-v1"]
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(parse([*argv, "--seeds", "0", "--out", str(tmp_path / "out")]))
+    cartpole, acrobot = swept
+    # the file's own setting on both envs; the rest is each env's tuned spec: CartPole's
+    # threshold (475, not Acrobot's -100), its 8 envs and its trainer settings
+    assert cartpole.config.to_dict()["ent_coef"] == acrobot.config.to_dict()["ent_coef"] == 0.02
+    tuned = RunSpec.tuned("ppo", "CartPole-v1", seed=0)
+    assert cartpole.stop_at == tuned.stop_at == 475.0 and acrobot.stop_at == -100.0
+    assert cartpole.trainer == tuned.trainer and cartpole.num_envs == tuned.num_envs == 8
+    assert acrobot == RunSpec.from_file(file).with_overrides({"seed": 0})

@@ -104,7 +104,13 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="ray, processes: restarts of a run whose worker process died",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    parser.add_argument("--config", default=None, metavar="FILE", help="run spec to start from")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="run spec file to start from, read for each --env (what it leaves out is that "
+        "env's tuned setting)",
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="set any setting"
     )
@@ -157,7 +163,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         if algos is None:
             raise ValueError("--algo is required (or give --config FILE naming one)")
         envs = args.env or [base.env_id if base is not None else "CartPole-v1"]
-        specs = grid(algos, envs, parse_seeds(args.seeds), base=base, **_overrides(args))
+        # the file is read for each env: what it leaves out is that env's tuned setting
+        specs = grid(algos, envs, parse_seeds(args.seeds), base=args.config, **_overrides(args))
         experiment = run_experiment(
             specs,
             args.out,
