@@ -27,11 +27,24 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from epochtrain.config import Config, check_field_names, close_matches, param
+from epochtrain.config import Config, close_matches, param
 from epochtrain.data.io import replace_file
 from epochtrain.envs import Backend, env_name, env_spec
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
+from epochtrain.spec_data import (
+    SECTIONS,
+    by_suffix,
+    check_top_names,
+    collect_by_episodes,
+    left_out_nones,
+    read_nones,
+    replace_section,
+    section_of,
+    text_or_none,
+    toml_value,
+    written_by_to_toml,
+)
 from epochtrain.trainer.params import TrainerParams
 
 __all__ = [
@@ -45,7 +58,6 @@ __all__ = [
     "reward_threshold",
 ]
 
-_SECTIONS = ("config", "trainer", "buffer", "logging")
 LoggerName = Literal["tensorboard", "jsonl", "csv"]
 
 ENV_DEFAULTS: Mapping[str, str] = types.MappingProxyType(
@@ -228,14 +240,14 @@ class RunSpec(Config):
 
         Raises ``ValueError`` for an unknown or ambiguous name, listing close matches.
         """
-        top = {f.name for f in dataclasses.fields(self)} - set(_SECTIONS)
-        sections = {s: {f.name for f in dataclasses.fields(getattr(self, s))} for s in _SECTIONS}
+        top = {f.name for f in dataclasses.fields(self)} - set(SECTIONS)
+        sections = {s: {f.name for f in dataclasses.fields(getattr(self, s))} for s in SECTIONS}
         if "." in name:
             section, _, field = name.partition(".")
             if section not in sections:
                 raise ValueError(
                     f"unknown setting {name!r}: a dotted name starts with one of "
-                    f"{', '.join(_SECTIONS)}{close_matches(section, _SECTIONS)}"
+                    f"{', '.join(SECTIONS)}{close_matches(section, SECTIONS)}"
                 )
             if field not in sections[section]:
                 raise ValueError(
@@ -246,7 +258,7 @@ class RunSpec(Config):
             return section, field
         if name in top:
             return None, name
-        found = [s for s in _SECTIONS if name in sections[s]]
+        found = [s for s in SECTIONS if name in sections[s]]
         if len(found) == 1:
             return found[0], name
         if len(found) > 1:
@@ -265,7 +277,7 @@ class RunSpec(Config):
         ``algo`` and ``env_id`` cannot be overridden: build a new spec for another run.
         """
         top: dict[str, Any] = {}
-        nested: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+        nested: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
         for name, value in overrides.items():
             section, field = self.resolve_name(name)
             if section is None:
@@ -276,10 +288,10 @@ class RunSpec(Config):
                 top[field] = value
             else:
                 nested[section][field] = value
-        _collect_by_episodes(nested["trainer"])
+        collect_by_episodes(nested["trainer"])
         for section, changes in nested.items():
             if changes:
-                top[section] = _replace(getattr(self, section), changes)
+                top[section] = replace_section(getattr(self, section), changes)
         return dataclasses.replace(self, **top)
 
     # ------------------------------------------------------------- plain data
@@ -298,14 +310,14 @@ class RunSpec(Config):
                     f"a run spec needs {key!r} (e.g. algo = 'ppo', env_id = 'CartPole-v1')"
                 )
         base = cls.tuned(str(data["algo"]), data["env_id"])
-        _check_top_names(base, data)
-        written = _written_by_to_toml(data)
-        values = _nones(cls, {k: v for k, v in data.items() if k not in _SECTIONS})
+        check_top_names(base, data)
+        written = written_by_to_toml(cls, data)
+        values = read_nones(cls, {k: v for k, v in data.items() if k not in SECTIONS})
         if written:
-            values = {**_left_out_nones(cls, data), **values}
-        for section in _SECTIONS:
+            values = {**left_out_nones(cls, data), **values}
+        for section in SECTIONS:
             if section in data:
-                values[section] = _section_of(base, section, data[section], written)
+                values[section] = section_of(base, section, data[section], written)
         return dataclasses.replace(base, **values)
 
     def to_json(self) -> str:
@@ -319,25 +331,25 @@ class RunSpec(Config):
 
         def lines_of(obj: Config, skip: tuple[str, ...] = ()) -> list[str]:
             lines = []
-            names = _text_or_none(type(obj))
+            names = text_or_none(type(obj))
             for f in dataclasses.fields(obj):
                 value = getattr(obj, f.name)
                 if f.name in skip or (value is None and f.name in names):
                     continue
                 if isinstance(value, tuple):
                     value = list(value)
-                lines.append(f"{f.name} = {_toml_value(value)}")
+                lines.append(f"{f.name} = {toml_value(value)}")
             return lines
 
-        lines = lines_of(self, skip=_SECTIONS)
-        for section in _SECTIONS:
+        lines = lines_of(self, skip=SECTIONS)
+        for section in SECTIONS:
             lines += ["", f"[{section}]", *lines_of(getattr(self, section))]
         return "\n".join(lines) + "\n"
 
     def to_file(self, path: str | os.PathLike[str]) -> Path:
         """Write the spec to ``path`` (``.toml`` or ``.json``) atomically; returns the path."""
         target = Path(path)
-        text = _by_suffix(target, toml=self.to_toml, json=self.to_json)
+        text = by_suffix(target, toml=self.to_toml, json=self.to_json)
         replace_file(target, text.encode("utf-8"))
         return target
 
@@ -366,7 +378,7 @@ class RunSpec(Config):
                 raise ValueError(f"{source} is not valid JSON: {exc}") from exc
             return data
 
-        data = _by_suffix(source, toml=read_toml, json=read_json)
+        data = by_suffix(source, toml=read_toml, json=read_json)
         if env_id is not None:
             data = {**data, "env_id": env_id}
         try:
@@ -390,98 +402,6 @@ def reward_threshold(env_id: str) -> float | None:
     spec has none: where :meth:`RunSpec.default` stops."""
     threshold = env_spec(env_id).reward_threshold
     return None if threshold is None else float(threshold)
-
-
-def _written_by_to_toml(data: Mapping[str, Any]) -> bool:
-    """True for a spec that :meth:`RunSpec.to_toml` wrote, earlier versions included: it has
-    every table and every top-level setting that cannot be None. The earlier ones left out
-    each None whose field default was None (``stop_at`` too, before it was written
-    ``"none"``): a sweep's ``spec.toml`` of then must reload as it ran."""
-    nullable = {name for name, _ in _nullable(RunSpec)}
-    top = {f.name for f in dataclasses.fields(RunSpec)} - nullable - {*_SECTIONS}
-    return top <= set(data) and all(isinstance(data.get(s), Mapping) for s in _SECTIONS)
-
-
-def _nullable(cls: type[Config]) -> list[tuple[str, bool]]:
-    """``(name, allows text)`` of each field of ``cls`` that may be None."""
-    return [
-        (f.name, "str" in str(f.type)) for f in dataclasses.fields(cls) if "None" in str(f.type)
-    ]
-
-
-def _text_or_none(cls: type[Config]) -> set[str]:
-    """Fields of ``cls`` that are text or None: their ``"none"`` is text, not None."""
-    return {name for name, text in _nullable(cls) if text}
-
-
-def _left_out_nones(cls: type[Config], data: Mapping[str, Any]) -> dict[str, None]:
-    """``{name: None}`` for each nullable field of ``cls`` missing from ``data``."""
-    return {name: None for name, _ in _nullable(cls) if name not in data}
-
-
-def _check_top_names(base: RunSpec, data: Mapping[str, Any]) -> None:
-    """``TypeError`` for a top-level key that is no field of :class:`RunSpec`; a setting of
-    a table (``lr`` beside ``algo``) names the table it belongs in."""
-    fields = {f.name for f in dataclasses.fields(RunSpec)}
-    for key in data:
-        if key in fields:
-            continue
-        try:
-            section, name = base.resolve_name(str(key))
-        except ValueError:
-            break  # unknown or ambiguous: check_field_names names the close matches
-        raise TypeError(
-            f"RunSpec has no field {key!r}: {name!r} is a {section} setting: write it under "
-            f"[{section}] (the {section!r} table)"
-        )
-    check_field_names(RunSpec, data)
-
-
-def _section_of(base: RunSpec, section: str, raw: Any, written: bool) -> Config:
-    """Table ``section`` of a spec's data applied over ``base``'s (a config object as is)."""
-    if isinstance(raw, Config):
-        return raw
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"RunSpec.{section} must be a table of settings, got {raw!r}")
-    current: Config = getattr(base, section)
-    _check_section_names(base.algo, section, type(current), raw)
-    changes = _nones(type(current), raw)
-    if written:
-        changes = {**_left_out_nones(type(current), raw), **changes}
-    if section == "trainer":
-        _collect_by_episodes(changes)
-    return _replace(current, changes)
-
-
-def _check_section_names(
-    algo: str, section: str, cls: type[Config], raw: Mapping[str, Any]
-) -> None:
-    """``TypeError`` for a key of table ``section`` that is no field of ``cls``; a setting
-    of other algorithms (``warmup_steps`` for ``ppo``) names them."""
-    own = {f.name for f in dataclasses.fields(cls)}
-    classes: dict[str, type[Config]] = {}
-    if section in ("config", "trainer"):
-        classes = {
-            name: entry.config_cls if section == "config" else entry.params_cls
-            for name, entry in sorted(ALGORITHMS.items())
-        }
-    for key in raw:
-        other = [
-            name for name, c in classes.items() if key in {f.name for f in dataclasses.fields(c)}
-        ]
-        if key not in own and other:
-            raise TypeError(
-                f"{cls.__name__} has no field {key!r}: it is a setting of "
-                f"{', '.join(map(repr, other))}, not of {algo!r}; drop it from [{section}]"
-            )
-    check_field_names(cls, raw)
-
-
-def _collect_by_episodes(trainer_changes: dict[str, Any]) -> None:
-    """``episode_per_collect`` given without ``step_per_collect`` collects by episodes: the
-    step count (the base's) is dropped, as ``--episode-per-collect`` does."""
-    if "step_per_collect" not in trainer_changes and trainer_changes.get("episode_per_collect"):
-        trainer_changes["step_per_collect"] = None
 
 
 def check_env_id(env_id: str) -> None:
@@ -513,39 +433,3 @@ def parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except Exception:  # not a TOML literal: a bare string such as a path or a name
         return text
-
-
-def _replace(section: Config, changes: Mapping[str, Any]) -> Config:
-    try:
-        return section.replace(**changes)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(str(exc)) from None
-
-
-def _nones(cls: type[Config], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """TOML has no null: the string ``"none"`` stands for None in a field that allows it."""
-    allows_none = {name for name, text in _nullable(cls) if not text}
-    return {k: None if k in allows_none and v == "none" else v for k, v in raw.items()}
-
-
-def _toml_value(value: Any) -> str:
-    if value is None:
-        return '"none"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} to TOML")
-
-
-def _by_suffix(path: Path, *, toml: Any, json: Any) -> Any:
-    suffix = path.suffix.lower()
-    if suffix == ".toml":
-        return toml()
-    if suffix == ".json":
-        return json()
-    raise ValueError(f"spec file {os.fspath(path)!r} must end in .toml or .json")
