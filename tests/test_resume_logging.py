@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 
-from epochtrain.logger import BaseLogger, JSONLLogger, TensorboardLogger
+from epochtrain.logger import BaseLogger, CSVLogger, JSONLLogger, TensorboardLogger
 from epochtrain.trainer import UTDRatio
 from tests.trainer.tiny import build
 
@@ -51,6 +51,13 @@ def read_jsonl(path: Path) -> Points:
     return dict(points)
 
 
+def read_csv(path: Path) -> Points:
+    points: Points = defaultdict(list)
+    for _scope, step, tag, value in (line.split(",") for line in path.read_text().splitlines()[1:]):
+        points[tag].append((int(step), float(value)))
+    return dict(points)
+
+
 def train(make_logger: Callable[[], BaseLogger], ckpt: Path | None, interrupted: bool) -> None:
     """Uninterrupted (``ckpt`` None), or 2 epochs + checkpoint + 1 epoch, then a resume."""
     logger = make_logger()
@@ -70,16 +77,23 @@ def train(make_logger: Callable[[], BaseLogger], ckpt: Path | None, interrupted:
     logger.close()
 
 
-@pytest.mark.parametrize("kind", ["tensorboard", "jsonl"])
+@pytest.mark.parametrize("kind", ["tensorboard", "jsonl", "csv"])
 def test_resumed_curves_continue_without_duplicates_or_gaps(tmp_path: Path, kind: str) -> None:
     def make(run: str) -> Callable[[], BaseLogger]:
         if kind == "tensorboard":
             return lambda: TensorboardLogger(tmp_path / run)
+        if kind == "csv":
+            return lambda: CSVLogger(tmp_path / run / "log.csv")
         return lambda: JSONLLogger(tmp_path / run / "log.jsonl")
 
     train(make("full"), None, interrupted=False)
     train(make("resumed"), tmp_path / "ckpt", interrupted=True)
-    read = read_events if kind == "tensorboard" else lambda d: read_jsonl(d / "log.jsonl")
+    readers: dict[str, Callable[[Path], Points]] = {
+        "tensorboard": read_events,
+        "jsonl": lambda d: read_jsonl(d / "log.jsonl"),
+        "csv": lambda d: read_csv(d / "log.csv"),
+    }
+    read = readers[kind]
     full, resumed = read(tmp_path / "full"), read(tmp_path / "resumed")
     assert set(resumed) == set(full)
     assert "train/utd_ratio" in full and "update/loss" in full and "info/epoch" in full

@@ -38,11 +38,13 @@ def test_round_trip_rows_read_back_exactly(tmp_path: Path) -> None:
     assert values[("info", 1, "info/best_test_return")] == -math.inf
 
 
-def test_append_writes_header_once_and_keeps_old_rows(tmp_path: Path) -> None:
+def test_a_resumed_logger_writes_the_header_once_and_keeps_old_rows(tmp_path: Path) -> None:
     path = tmp_path / "run.csv"
     with CSVLogger(path) as logger:
         logger.log_update_data(TrainingStats(n_gradient_steps=1), 1)
+        state = logger.state_dict()
     with CSVLogger(path) as logger:
+        logger.load_state_dict(state)
         logger.log_update_data(TrainingStats(n_gradient_steps=1), 2)
     rows = read(path)
     assert sum(row == list(CSV_HEADER) for row in rows) == 1

@@ -58,6 +58,7 @@ def test_append_mode_cuts_a_torn_last_line(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     path.write_text('{"scope": "train", "step": 4}\n{"scope": "tra')
     with JSONLLogger(path) as logger:
+        logger.load_state_dict({"train": 4, "test": None, "update": None, "info": None})
         logger.log_train_data(collect_stats(), 8)
     assert [r["step"] for r in read(path)] == [4, 8]
 

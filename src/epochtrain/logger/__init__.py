@@ -8,9 +8,9 @@ See ``docs/logging.md`` for the interval units and the table of every tag, and
 from epochtrain.logger.base import (
     SCOPES,
     BaseLogger,
+    ExistingRecordsError,
     LazyLogger,
     LoggerResumeError,
-    MultiLogger,
     Scope,
     collect_stats_to_tags,
     flatten_dataclass,
@@ -22,6 +22,7 @@ from epochtrain.logger.csv import CSV_HEADER, CSVLogger
 from epochtrain.logger.file import LineFileLogger
 from epochtrain.logger.jsonl import JSONLLogger
 from epochtrain.logger.mlflow import MLflowLogger
+from epochtrain.logger.multi import MultiLogger
 from epochtrain.logger.tensorboard import TensorboardLogger
 from epochtrain.logger.wandb import WandbLogger
 
@@ -30,6 +31,7 @@ __all__ = [
     "SCOPES",
     "BaseLogger",
     "CSVLogger",
+    "ExistingRecordsError",
     "JSONLLogger",
     "LazyLogger",
     "LineFileLogger",

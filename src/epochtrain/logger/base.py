@@ -4,7 +4,8 @@ The trainer hands typed stats (:mod:`epochtrain.stats`) to a :class:`BaseLogger`
 logger decides from its intervals whether to record them, flattens the dataclasses into
 ``{tag: float}`` dicts with stable tags (``train/returns_stat/mean``, ``update/loss/actor``,
 ``info/env_step``, ...) and passes them to its one abstract method, :meth:`BaseLogger.write`.
-Every tag is documented in ``docs/logging.md``.
+Every tag is documented in ``docs/logging.md``. :class:`~epochtrain.logger.MultiLogger`
+(the fan-out) is in :mod:`epochtrain.logger.multi`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
@@ -23,9 +24,9 @@ from epochtrain.stats import CollectStats, InfoStats, SequenceSummaryStats, Trai
 __all__ = [
     "SCOPES",
     "BaseLogger",
+    "ExistingRecordsError",
     "LazyLogger",
     "LoggerResumeError",
-    "MultiLogger",
     "Scope",
     "collect_stats_to_tags",
     "flatten_dataclass",
@@ -113,6 +114,38 @@ def _scope_steps(state: Mapping[str, object], what: str) -> dict[Scope, int | No
     return restored
 
 
+def tag_scope(tag: str) -> Scope | None:
+    """The scope a tag belongs to (``"update/loss"`` -> ``"update"``), ``None`` if none."""
+    head = tag.split("/", 1)[0]
+    for scope in SCOPES:
+        if scope == head:
+            return scope
+    return None
+
+
+def kept_past_position(
+    position: Mapping[Scope, int | None], held: Mapping[str, float]
+) -> str | None:
+    """The steps a tracking run already ``held`` (per tag) past a restored ``position``
+    (per scope), as ``"info (4, 5], train (4000, 5000]"``; ``None`` if there are none.
+
+    W&B and MLflow cannot delete points, so on a resume these keep the values the
+    interrupted process logged after its checkpoint; this says which they are."""
+    last: dict[Scope, float] = {}
+    for tag, step in held.items():
+        scope = tag_scope(tag)
+        if scope is not None:
+            last[scope] = max(step, last.get(scope, step))
+    spans = []
+    for scope in SCOPES:
+        start, end = position.get(scope), last.get(scope)
+        if end is not None and start is None:
+            spans.append(f"{scope} up to {end:.15g}")
+        elif end is not None and start is not None and end > start:
+            spans.append(f"{scope} ({start}, {end:.15g}]")
+    return ", ".join(spans) or None
+
+
 def video_scope(tag: str) -> Scope:
     """The scope of a video ``tag`` (``"test/video"`` -> ``"test"``); unknown scopes raise."""
     head = tag.split("/", 1)[0] if isinstance(tag, str) else None
@@ -126,6 +159,13 @@ class LoggerResumeError(ValueError):
     """A logger cannot continue the run a checkpoint's logger state names (an MLflow run
     that is not in this tracking store): the resume is refused before anything changes,
     since the resumed records would start a new run beside the old one."""
+
+
+class ExistingRecordsError(ValueError):
+    """A new run would write where another run's records already are (a log file with
+    records, a TensorBoard logdir with event files, an MLflow or W&B run with points), and
+    its logger was not restored from a checkpoint: the two runs' steps would interleave.
+    Raised before the logger writes anything; the message names the place and the fixes."""
 
 
 def _check_interval(name: str, value: object) -> int:
@@ -150,8 +190,12 @@ class BaseLogger(Closing, ABC):
     step twice. :meth:`log_data` writes the dicts hooks return, outside the intervals.
     The logger's *position* is, per scope, the last step written (:meth:`written_step`);
     loggers that own files drop the records past it on :meth:`load_state_dict`, which is
-    how a resumed run's curves continue with no duplicated and no missing point. Loggers
-    are context managers; leaving the ``with`` block calls :meth:`close`.
+    how a resumed run's curves continue with no duplicated and no missing point.
+
+    A logger that was not restored is a *new run*: before its first record it checks its
+    destination (:meth:`check_new_run`) and raises :class:`ExistingRecordsError` if another
+    run's records are already there, instead of mixing the two runs. Loggers are context
+    managers; leaving the ``with`` block calls :meth:`close`.
     """
 
     def __init__(
@@ -167,6 +211,8 @@ class BaseLogger(Closing, ABC):
         self.info_interval = _check_interval("info_interval", info_interval)
         self._last_logged: dict[Scope, int | None] = dict.fromkeys(SCOPES)
         self._written: dict[Scope, int | None] = dict.fromkeys(SCOPES)
+        self._restored = False  # load_state_dict was called: a resume, not a new run
+        self._begun = False  # the first record was (or is being) written
 
     @abstractmethod
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
@@ -196,6 +242,7 @@ class BaseLogger(Closing, ABC):
     def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Write ``data`` (full tags, e.g. ``train/utd_ratio``) at ``step`` now, whatever the
         intervals (hooks' logging dicts come this way)."""
+        self._begin()
         self.write(scope, step, data)
         self._mark_written(scope, step)
 
@@ -221,6 +268,7 @@ class BaseLogger(Closing, ABC):
         return last is None or step - last >= interval
 
     def _record(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        self._begin()
         self.write(scope, step, data)
         self._last_logged[scope] = step
         self._mark_written(scope, step)
@@ -256,6 +304,34 @@ class BaseLogger(Closing, ABC):
             raise ValueError(f"logger state['written'] must be a mapping, got {written!r}")
         self._last_logged = restored
         self._written = _scope_steps(written, "logger state['written']")
+        self._restored = True
+
+    def check_new_run(self) -> None:
+        """Raise :class:`ExistingRecordsError` if this logger starts a new run (it was not
+        restored with :meth:`load_state_dict`) where another run's records already are;
+        changes nothing (a :class:`~epochtrain.logger.WandbLogger` given a ``run_id``
+        starts its W&B run to ask it). Every logger calls it before its first record; call
+        it before the first epoch to have the error before any work."""
+        if not self._restored and not self._begun:
+            found = self._earlier_records()
+            if found is not None:
+                raise ExistingRecordsError(found)
+
+    def _earlier_records(self) -> str | None:  # loggers that own a destination override it
+        """What another run already wrote where this logger writes, with the fixes, as the
+        error message; ``None`` if nothing (the default: the logger owns no destination)."""
+        return None
+
+    def _begin(self) -> None:
+        """Before the first record: a new run checks its destination, then prepares it."""
+        if not self._begun:
+            if not self._restored:
+                self.check_new_run()
+                self._start_new_run()
+            self._begun = True
+
+    def _start_new_run(self) -> None:  # e.g. JSONL/CSV with mode="w" empty their file
+        """Prepare the destination for a new run's first record (default: nothing)."""
 
     def check_resume(self, state: Mapping[str, object]) -> None:  # optional: see MLflow
         """Raise :class:`LoggerResumeError` if this logger cannot continue the run ``state``
@@ -289,102 +365,3 @@ class LazyLogger(BaseLogger):
 
     def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Do nothing."""
-
-
-class MultiLogger(BaseLogger):
-    """Fan-out: forwards every call to several loggers, each keeping its own intervals;
-    every logger gets each call even when one of them raises (the first error is raised
-    after the others were called)."""
-
-    def __init__(self, *loggers: BaseLogger) -> None:
-        super().__init__()
-        for i, logger in enumerate(loggers):
-            if not isinstance(logger, BaseLogger):
-                raise TypeError(f"MultiLogger loggers[{i}] must be a BaseLogger, got {logger!r}")
-        self.loggers: tuple[BaseLogger, ...] = loggers
-
-    def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
-        """Write ``data`` to every logger, bypassing their intervals."""
-        self._each(lambda logger: logger.write(scope, step, data))
-
-    def log_train_data(self, stats: CollectStats, env_step: int) -> None:
-        """Forward to every logger."""
-        self._each(lambda logger: logger.log_train_data(stats, env_step))
-
-    def log_test_data(self, stats: CollectStats, env_step: int) -> None:
-        """Forward to every logger."""
-        self._each(lambda logger: logger.log_test_data(stats, env_step))
-
-    def log_update_data(self, stats: TrainingStats, gradient_step: int) -> None:
-        """Forward to every logger."""
-        self._each(lambda logger: logger.log_update_data(stats, gradient_step))
-
-    def log_info_data(self, stats: InfoStats, epoch: int) -> None:
-        """Forward to every logger."""
-        self._each(lambda logger: logger.log_info_data(stats, epoch))
-
-    def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
-        """Forward to every logger."""
-        self._each(lambda logger: logger.log_data(scope, step, data))
-
-    def log_video(
-        self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
-    ) -> None:
-        """Forward to every logger."""
-        self._each(lambda logger: logger.log_video(path, step, tag=tag))
-
-    def _each(self, call: Callable[[BaseLogger], object]) -> None:
-        """``call`` every logger, even after one raised: one failing service (W&B, MLflow)
-        does not cost the others their records; the first error is raised at the end."""
-        first: Exception | None = None
-        for logger in self.loggers:
-            try:
-                call(logger)
-            except Exception as exc:
-                first = first or exc
-        if first is not None:
-            raise first
-
-    def has_records(self) -> bool:
-        """True once any of the loggers holds a record."""
-        return any(logger.has_records() for logger in self.loggers)
-
-    def state_dict(self) -> dict[str, object]:
-        """``{"loggers": [state of each logger, in order]}``."""
-        return {"loggers": [logger.state_dict() for logger in self.loggers]}
-
-    def _sub_states(self, state: Mapping[str, object]) -> list[Mapping[str, object]]:
-        states = state.get("loggers")
-        if not isinstance(states, list) or len(states) != len(self.loggers):
-            raise ValueError(
-                f"MultiLogger state['loggers'] must be a list of {len(self.loggers)} states, "
-                f"got {states!r}"
-            )
-        for sub_state in states:
-            if not isinstance(sub_state, Mapping):
-                raise ValueError(f"MultiLogger sub-state must be a mapping, got {sub_state!r}")
-        return states
-
-    def check_resume(self, state: Mapping[str, object]) -> None:
-        """Check each logger against its state (another list of loggers: left to
-        :meth:`load_state_dict`)."""
-        try:
-            states = self._sub_states(state)
-        except ValueError:
-            return
-        for logger, sub_state in zip(self.loggers, states, strict=True):
-            logger.check_resume(sub_state)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore each logger from what :meth:`state_dict` returned; one that fails does not
-        keep the others from being restored (the first error is raised after them)."""
-        states = iter(self._sub_states(state))  # _each calls the loggers in their order
-        self._each(lambda logger: logger.load_state_dict(next(states)))
-
-    def flush(self) -> None:
-        """Flush every logger."""
-        self._each(lambda logger: logger.flush())
-
-    def close(self) -> None:
-        """Close every logger."""
-        self._each(lambda logger: logger.close())

@@ -30,9 +30,12 @@ class CSVLogger(LineFileLogger):
     """Append ``scope,step,tag,value`` rows to ``path``.
 
     :param path: the ``.csv`` file; missing parent directories are created.
-    :param mode: ``"a"`` (default) appends to an existing file (its header must be
-        ``scope,step,tag,value``) so a resumed run continues it; ``"w"`` starts afresh.
-        The header is written only when the file is new or empty.
+    :param mode: what a new run (a logger not restored with :meth:`load_state_dict`) does
+        with a file that already holds rows: ``"a"`` (default) refuses it with
+        :class:`~epochtrain.logger.ExistingRecordsError` before writing; ``"w"`` empties it
+        at the first record. A resumed run continues the file in either mode, whose header
+        must be ``scope,step,tag,value``. The header is written when the file is new or
+        empty.
     :param train_interval: env steps between training-collect records.
     :param test_interval: env steps between test records.
     :param update_interval: gradient steps between update records.
@@ -44,6 +47,7 @@ class CSVLogger(LineFileLogger):
 
     suffix: ClassVar[str] = ".csv"
     header_lines: ClassVar[int] = 1
+    record_lines: ClassVar[str] = "rows"
 
     def _check_existing(self) -> None:
         _check_header(self.path)

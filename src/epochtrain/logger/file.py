@@ -4,7 +4,8 @@ It owns what the JSON Lines and CSV loggers share: path and mode validation, ope
 append mode (cutting a torn last line left by a crash), and, on
 :meth:`~LineFileLogger.load_state_dict`, an atomic rewrite of the file without the
 records an interrupted run wrote after its checkpoint, since the resumed run writes them
-again.
+again. A new run (a logger not restored) refuses a file that already holds records in
+``mode="a"`` and empties it in ``mode="w"``, both at its first record.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ class LineFileLogger(BaseLogger, ABC):
     """A logger writing one text file of records; subclasses choose the line format.
 
     :param path: the log file; missing parent directories are created.
-    :param mode: ``"a"`` (default) appends to an existing file, so a resumed run continues
-        it; ``"w"`` starts the file afresh.
+    :param mode: what a *new* run (a logger not restored with :meth:`load_state_dict`) does
+        with a file that already holds records: ``"a"`` (default) refuses it with
+        :class:`~epochtrain.logger.ExistingRecordsError` at the first record, before
+        writing anything; ``"w"`` empties it at the first record. A resumed run continues
+        the file in either mode (the records past the checkpoint are dropped).
     :param train_interval: env steps between training-collect records.
     :param test_interval: env steps between test records.
     :param update_interval: gradient steps between update records.
@@ -37,6 +41,8 @@ class LineFileLogger(BaseLogger, ABC):
     """File ending shown in error messages."""
     header_lines: ClassVar[int] = 0
     """Lines at the top of the file that are not records (kept on rewrite)."""
+    record_lines: ClassVar[str] = "records"
+    """What a record line is called in error messages."""
 
     def __init__(
         self,
@@ -53,7 +59,8 @@ class LineFileLogger(BaseLogger, ABC):
         self.mode = check_file_mode(mode)
         if self.mode == "a":
             self._check_existing()
-        self._file = open_log_file(self.path, self.mode)
+        # "w" empties the file only when a new run writes: a resume keeps its records
+        self._file = open_log_file(self.path, "a")
         self._opened()
 
     def _check_existing(self) -> None:
@@ -66,8 +73,30 @@ class LineFileLogger(BaseLogger, ABC):
     def _scope_and_step(self, line: str) -> tuple[str, float] | None:
         """The scope and step of a record line, or ``None`` if the line is not a record."""
 
+    def _earlier_records(self) -> str | None:
+        if self.mode == "w":
+            return None  # emptied by _start_new_run
+        self._file.flush()
+        count = count_lines(self.path, lambda line: self._scope_and_step(line) is not None)
+        if count == 0:
+            return None
+        return (
+            f"path {os.fspath(self.path)!r} already holds {count} {self.record_lines} of an "
+            "earlier run, and this logger was not restored from a checkpoint, so this run's "
+            "steps would follow that run's in the same file. Log this run to another path, "
+            "pass mode='w' to overwrite the file, or resume the earlier run from its "
+            "checkpoint (resume_from=...), which continues the file"
+        )
+
+    def _start_new_run(self) -> None:
+        if self.mode == "w":
+            self._file.close()
+            self._file = open_log_file(self.path, "w")
+            self._opened()
+
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore the last logged steps and drop the file's records after them."""
+        self._check_existing()
         super().load_state_dict(state)
         self._file.close()
         rewrite_lines(self.path, self._keep_line, header_lines=self.header_lines)
@@ -127,6 +156,14 @@ def open_log_file(path: Path, mode: Literal["a", "w"]) -> IO[str]:
             if content and not content.endswith(b"\n"):
                 raw.truncate(content.rfind(b"\n") + 1)
     return path.open(mode, encoding="utf-8", newline="")
+
+
+def count_lines(path: Path, accept: Callable[[str], bool]) -> int:
+    """How many lines of ``path`` ``accept`` takes (0 for a missing file)."""
+    if not path.exists():
+        return 0
+    with path.open(encoding="utf-8", newline="") as f:
+        return sum(1 for line in f if accept(line))
 
 
 def rewrite_lines(path: Path, keep: Callable[[str], bool], header_lines: int = 0) -> None:

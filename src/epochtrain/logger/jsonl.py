@@ -44,6 +44,7 @@ class JSONLLogger(LineFileLogger):
         """Write one line ``{"scope": "test", "step": step, "test/video": "<path>"}`` (the
         only record whose tag holds a string)."""
         scope = video_scope(tag)
+        self._begin()
         record = {"scope": scope, "step": step, tag: os.fspath(path)}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()

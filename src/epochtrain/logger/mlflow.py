@@ -8,9 +8,17 @@ tracking store through its own ``MlflowClient``, never through ``mlflow``'s glob
 run, so zipped trainers can each log to their own run.
 
 Resuming: the MLflow run id is part of :meth:`MLflowLogger.state_dict`, which checkpoints
-save; a logger restored with :meth:`MLflowLogger.load_state_dict` continues that run. The
-steps the interrupted process wrote after its checkpoint are read from the run and not
-written again, so no point appears twice.
+save; a logger restored with :meth:`MLflowLogger.load_state_dict` continues that run. MLflow
+has no call that deletes metric values (``MlflowClient`` deletes runs and tags, not
+points), and a value logged again at a step is kept beside the first. So the points the
+interrupted process wrote after its checkpoint stay, with that process's values: the
+last step of each metric is read from the run, and the resumed process logs a metric
+only past it (no point twice, none missing). Which steps those are is warned about and
+recorded in the run's tag ``epochtrain.kept_from_interrupted``.
+
+A logger given the ``run_id`` of a run that holds metrics, and not restored from a
+checkpoint, is a new run in an old one: it raises
+:class:`~epochtrain.logger.ExistingRecordsError` before its first record.
 
 Needs the ``mlflow`` extra (``pip install 'epochtrain[mlflow]'``).
 """
@@ -21,17 +29,30 @@ import os
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from epochtrain.extras import require
-from epochtrain.logger.base import SCOPES, BaseLogger, LoggerResumeError, Scope, video_scope
+from epochtrain.logger.base import (
+    SCOPES,
+    BaseLogger,
+    LoggerResumeError,
+    Scope,
+    kept_past_position,
+    tag_scope,
+    video_scope,
+)
 
-__all__ = ["MLflowLogger", "flatten_params"]
+__all__ = ["KEPT_TAG", "MLflowLogger", "flatten_params"]
+
+KEPT_TAG = "epochtrain.kept_from_interrupted"
+"""The run tag listing, per resume, the steps that keep the interrupted process's values."""
 
 _MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
 _PROBE_TIMEOUT = 10.0  # seconds to wait for a tracking server's first answer
+_MAX_TAG = 5000  # characters of a tag value every MLflow version stores
 
 
 def _check_server(uri: str) -> None:
@@ -84,7 +105,9 @@ class MLflowLogger(BaseLogger):
         artifact path ``checkpoints`` when the logger is closed; ``None``: nothing.
     :param artifact_location: where a newly created experiment stores artifacts (``None``:
         the tracking store's default, ``./mlruns`` for a database store).
-    :param run_id: id of an existing MLflow run to continue; ``None`` creates a run.
+    :param run_id: id of an existing MLflow run to log to; ``None`` creates a run. Unless
+        the logger is then restored from a checkpoint, the run must hold no metrics of the
+        ``train/``, ``test/``, ``update/``, ``info/`` namespaces.
     :param train_interval: env steps between training-collect records.
     :param test_interval: env steps between test records.
     :param update_interval: gradient steps between update records.
@@ -125,7 +148,7 @@ class MLflowLogger(BaseLogger):
             "tags": dict(tags) if tags is not None else {},
             "artifact_location": artifact_location,
         }
-        self._floor: dict[Scope, float | None] = dict.fromkeys(SCOPES)
+        self._held: dict[str, int] = {}  # tag -> last step the run holds
         self._closed = False
         self._run_id: str | None = self._continue(run_id) if run_id is not None else None
 
@@ -155,35 +178,37 @@ class MLflowLogger(BaseLogger):
         return run_id
 
     def _continue(self, run_id: str) -> str:
-        """Mark ``run_id`` running again and read how far each scope got."""
+        """Mark ``run_id`` running again and read the last step of each of its metrics."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"run_id must be a non-empty str (an MLflow run id), got {run_id!r}")
         run = self._get_run(run_id)
         self.client.update_run(run_id, status="RUNNING")
         for key in run.data.metrics:
-            scope = key.split("/", 1)[0]
-            for known in SCOPES:
-                if known == scope:
-                    last = max(m.step for m in self.client.get_metric_history(run_id, key))
-                    floor = self._floor[known]
-                    self._floor[known] = last if floor is None else max(floor, last)
+            if tag_scope(key) is not None:
+                history = self.client.get_metric_history(run_id, key)
+                self._held[key] = max(m.step for m in history)
         return run_id
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
-        """Log every tag of ``data`` as a metric at ``step``; skip steps the run already has."""
-        floor = self._floor[scope]
-        if floor is not None and step <= floor:
-            return
+        """Log every tag of ``data`` as a metric at ``step``, but for tags the run already
+        holds at ``step`` or later (a resumed run's re-done steps)."""
         now = int(time.time() * 1000)
-        metrics = [self._entities.Metric(tag, float(v), now, step) for tag, v in data.items()]
+        metrics = [
+            self._entities.Metric(tag, float(v), now, step)
+            for tag, v in data.items()
+            if step > self._held.get(tag, step - 1)
+        ]
         for start in range(0, len(metrics), _MAX_BATCH):
             self.client.log_batch(self.run_id, metrics=metrics[start : start + _MAX_BATCH])
+            for metric in metrics[start : start + _MAX_BATCH]:
+                self._held[metric.key] = step  # a rolled-back epoch's re-run skips it too
 
     def log_video(
         self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
     ) -> None:
         """Upload the video file at ``path`` as an artifact under ``tag`` (``test/video``)."""
         scope = video_scope(tag)
+        self._begin()
         self.client.log_artifact(self.run_id, os.fspath(path), artifact_path=tag)
         self._mark_written(scope, step)
 
@@ -195,6 +220,35 @@ class MLflowLogger(BaseLogger):
                 f"run_id {run_id!r} is not a run of the tracking store "
                 f"{self.client.tracking_uri!r} ({exc}): pass the tracking_uri it was logged to"
             ) from exc
+
+    def _earlier_records(self) -> str | None:
+        if not self._held:
+            return None
+        tag, step = max(self._held.items(), key=lambda item: item[1])
+        return (
+            f"run_id {self._run_id!r} already holds the metrics of an earlier run "
+            f"({len(self._held)} metrics, e.g. {tag!r} up to step {step}), and this logger was not "
+            "restored from a checkpoint: this run's points at steps the run holds would be "
+            "dropped and the rest mixed into it. Leave run_id=None for a new MLflow run, or "
+            "resume the earlier run from its checkpoint (resume_from=...)"
+        )
+
+    def _note_kept(self) -> None:
+        """Warn about, and tag the run with, the steps that keep the interrupted process's
+        values (MLflow cannot delete them)."""
+        kept = kept_past_position({s: self.written_step(s) for s in SCOPES}, self._held)
+        if kept is None:
+            return
+        run_id = self.run_id
+        earlier = self.client.get_run(run_id).data.tags.get(KEPT_TAG)
+        note = kept if not earlier else f"{earlier}; {kept}"
+        self.client.set_tag(run_id, KEPT_TAG, note[-_MAX_TAG:])  # the latest resumes
+        warnings.warn(
+            f"the MLflow run {run_id!r} holds points past the checkpoint ({kept}), logged by "
+            "the interrupted process; MLflow cannot delete them, so they keep that process's "
+            f"values and this run logs from the next step on (tag {KEPT_TAG!r})",
+            stacklevel=2,
+        )
 
     def check_resume(self, state: Mapping[str, object]) -> None:
         """Raise :class:`LoggerResumeError` unless the checkpoint's ``"mlflow_run_id"`` is a
@@ -228,6 +282,7 @@ class MLflowLogger(BaseLogger):
         super().load_state_dict(state)
         if self._run_id is None:
             self._run_id = self._continue(run_id)
+        self._note_kept()
 
     def close(self) -> None:
         """Upload ``artifact_dir`` (if set and present), end the run; safe to call twice."""

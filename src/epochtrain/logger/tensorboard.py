@@ -12,6 +12,11 @@ records are copied byte for byte, so legacy readers (``EventAccumulator.Scalars`
 see the earlier points as the ``simple_value`` scalars they were written as. The
 scopes count steps in different units, so TensorBoard's single ``purge_step`` could not
 express this.
+
+A new run (a logger not restored) refuses a ``logdir`` whose event files already hold
+another run's points, with :class:`~epochtrain.logger.ExistingRecordsError` before its
+first point: TensorBoard draws every event file of a directory as one run, so the two
+runs' steps would zig-zag in one curve.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ class TensorboardLogger(BaseLogger):
     """Write records as TensorBoard scalars into ``logdir``.
 
     :param logdir: directory of the event files; created if missing. A resumed run adds a
-        new event file to the same directory, and TensorBoard shows both as one run.
+        new event file to the same directory, and TensorBoard shows both as one run; a new
+        run needs a directory without another run's points (a subdirectory per run, as
+        Tianshou and SB3 make, keeps runs apart).
     :param train_interval: env steps between training-collect records.
     :param test_interval: env steps between test records.
     :param update_interval: gradient steps between update records.
@@ -108,6 +115,7 @@ class TensorboardLogger(BaseLogger):
         the GIF is at most 240 px wide and 150 frames (frames are skipped evenly).
         """
         scope = video_scope(tag)
+        self._begin()
         writer = self.writer
         writer.add_text(tag, os.fspath(path), global_step=step)
         image = _gif_image(Path(path))
@@ -125,6 +133,20 @@ class TensorboardLogger(BaseLogger):
         for path in sorted(self.logdir.glob("events.out.tfevents.*")):
             if path != own and path.is_file():
                 self._trim(path)
+
+    def _earlier_records(self) -> str | None:
+        own = self._own_event_file()
+        for path in sorted(self.logdir.glob("events.out.tfevents.*")):
+            if path != own and path.is_file() and _holds_points(path):
+                return (
+                    f"logdir {os.fspath(self.logdir)!r} already holds the points of an earlier "
+                    f"run ({path.name}), and this logger was not restored from a checkpoint: "
+                    "TensorBoard would draw both runs as one, their steps interleaved. Log "
+                    "this run to another logdir (e.g. a subdirectory per run), move the "
+                    "earlier event files away, or resume the earlier run from its checkpoint "
+                    "(resume_from=...), which continues the logdir"
+                )
+        return None
 
     def _own_event_file(self) -> Path | None:
         file_writer = None if self._writer is None else self._writer.file_writer
@@ -172,6 +194,14 @@ class TensorboardLogger(BaseLogger):
             if self._writer is not None:
                 self._writer.close()
             self._closed = True
+
+
+def _holds_points(path: Path) -> bool:
+    """Whether the event file at ``path`` holds any summary (a scalar, text or image)."""
+    for record in RawEventFileLoader(os.fspath(path)).Load():
+        if Event.FromString(record).HasField("summary"):
+            return True
+    return False
 
 
 def _gif_image(path: Path, max_width: int = 240, max_frames: int = 150) -> Any:

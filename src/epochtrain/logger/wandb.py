@@ -16,12 +16,21 @@ scope         step metric (x-axis)
 
 Resuming: the W&B run id is part of :meth:`WandbLogger.state_dict`, which checkpoints
 save; a logger restored with :meth:`WandbLogger.load_state_dict` continues that run
-(``resume="must"``). Online, the run's summary tells how far each scope got before the
-interrupted process died, and points at or below that step are not sent again, so no
-point appears twice; the local run files of the earlier processes (in the same W&B
-``dir``) tell the same offline. Offline (``mode="offline"``), each process writes its own
-``offline-run-*-<id>`` directory with the same id; ``wandb sync`` uploads them, in order,
-into one run.
+(``resume="must"``). A W&B run's history cannot be cut back (W&B's "rewind" is a private
+preview that needs W&B's support, and does not exist offline), so the points the
+interrupted process logged after its checkpoint stay, with that process's values. The
+resumed process logs each tag only past the last step the run holds for it: the local
+run files of the earlier processes (in the same W&B ``dir``) give it per tag, online and
+offline; online, the run's summary gives the last step of each scope, which bounds
+what those files do not show. So no point appears twice and none is missing; which
+steps keep the interrupted process's values is warned about and recorded in the run's
+config under ``epochtrain_kept_from_interrupted``. Offline (``mode="offline"``), each
+process writes its own ``offline-run-*-<id>`` directory with the same id; ``wandb sync``
+uploads them, in order, into one run.
+
+A logger given the ``run_id`` of a run that holds points, and not restored from a
+checkpoint, is a new run in an old one: it raises
+:class:`~epochtrain.logger.ExistingRecordsError` before its first record.
 
 Needs the ``wandb`` extra (``pip install 'epochtrain[wandb]'``).
 """
@@ -30,15 +39,23 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from epochtrain.extras import require
-from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
+from epochtrain.logger.base import (
+    SCOPES,
+    BaseLogger,
+    Scope,
+    kept_past_position,
+    tag_scope,
+    video_scope,
+)
 from epochtrain.logger.wandb_files import local_run_dirs, read_local_run
 
-__all__ = ["STEP_METRICS", "WandbLogger"]
+__all__ = ["KEPT_KEY", "STEP_METRICS", "WandbLogger"]
 
 STEP_METRICS: dict[Scope, str] = {
     "train": "train/env_step",
@@ -49,6 +66,9 @@ STEP_METRICS: dict[Scope, str] = {
 """The x-axis metric of each scope (logged with every record of the scope)."""
 
 _MODES = ("online", "offline", "disabled")
+
+KEPT_KEY = "epochtrain_kept_from_interrupted"
+"""The config key listing, per resume, the steps that keep the interrupted process's values."""
 
 
 class WandbLogger(BaseLogger):
@@ -70,7 +90,8 @@ class WandbLogger(BaseLogger):
     :param mode: ``"online"``, ``"offline"`` (local files only, upload later with
         ``wandb sync``) or ``"disabled"``; ``None``: ``WANDB_MODE`` or online.
     :param run_id: id of the W&B run; ``None`` draws a fresh one. An explicit id joins
-        that run if it exists (``resume="allow"``).
+        that run if it exists (``resume="allow"``); unless the logger is then restored
+        from a checkpoint, the run must hold no points yet.
     :param train_interval: env steps between training-collect records.
     :param test_interval: env steps between test records.
     :param update_interval: gradient steps between update records.
@@ -120,7 +141,9 @@ class WandbLogger(BaseLogger):
         self.run_id: str = run_id if run_id is not None else uuid.uuid4().hex[:12]
         self._resume: Literal["allow", "must"] | None = "allow" if run_id is not None else None
         self._run: Any = None
-        self._floor: dict[Scope, float | None] = dict.fromkeys(SCOPES)
+        self._held: dict[str, float] = {}  # tag -> last step the run holds (local files)
+        self._scope_floor: dict[Scope, float] = {}  # scope -> last step, from the summary
+        self._earlier_config: dict[str, Any] = {}  # config of the run's earlier processes
         self._closed = False
 
     def _check_login(self, *, explicit: bool) -> None:
@@ -149,35 +172,66 @@ class WandbLogger(BaseLogger):
             for scope, step_metric in STEP_METRICS.items():
                 self._run.define_metric(step_metric, hidden=False)
                 self._run.define_metric(f"{scope}/*", step_metric=step_metric)
-            if self._resume == "must":
-                self._read_floor()
+            if self._resume is not None:
+                self._read_held()
+            if self._restored:
+                self._note_kept()
         return self._run
 
-    def _read_floor(self) -> None:
-        """Per scope, the last step the run already holds: from its summary (online) and
-        from the local files of its earlier processes (online and offline)."""
-        summary = self._run.summary
+    def _read_held(self) -> None:
+        """What the run already holds: per tag, the last step in the local files of its
+        earlier processes (online and offline); per scope, the last step in its summary
+        (online) where that is past what the files show."""
         own = Path(self._run.settings.sync_dir).resolve()
         earlier = [
-            d
+            read_local_run(d)
             for d in local_run_dirs(own.parent, self.run_id)
             if d.resolve() != own and any(d.glob("run-*.wandb"))  # W&B may not have written it
         ]
-        rows = [row for d in earlier for row in read_local_run(d).history]
+        self._earlier_config = {k: v for run in earlier for k, v in run.config.items()}
+        for row in (row for run in earlier for row in run.history):
+            for tag in row:
+                scope = tag_scope(tag)
+                step = None if scope is None else row.get(STEP_METRICS[scope])
+                if isinstance(step, int | float):
+                    self._held[tag] = max(float(step), self._held.get(tag, float(step)))
         for scope, step_metric in STEP_METRICS.items():
-            steps = [row[step_metric] for row in rows if step_metric in row]
-            value = summary.get(step_metric)
-            if isinstance(value, int | float):
-                steps.append(value)
-            self._floor[scope] = float(max(steps)) if steps else None
+            value = self._run.summary.get(step_metric)
+            if isinstance(value, int | float) and value > self._held.get(step_metric, -1.0):
+                self._scope_floor[scope] = float(value)
+
+    def _fresh(self, scope: Scope, step: int, tags: Iterable[str]) -> list[str]:
+        """The ``tags`` the run does not hold at ``step`` yet."""
+        floor = self._scope_floor.get(scope, -1.0)
+        return [tag for tag in tags if step > max(self._held.get(tag, -1.0), floor)]
+
+    def _note_kept(self) -> None:
+        """Warn about, and note in the run's config, the steps that keep the interrupted
+        process's values (W&B cannot cut a run's history back)."""
+        held = dict(self._held)
+        for scope, floor in self._scope_floor.items():
+            held[STEP_METRICS[scope]] = max(floor, held.get(STEP_METRICS[scope], floor))
+        kept = kept_past_position({s: self.written_step(s) for s in SCOPES}, held)
+        if kept is None:
+            return
+        earlier = self._run.config.get(KEPT_KEY) or self._earlier_config.get(KEPT_KEY)
+        note = f"{earlier}; {kept}" if earlier else kept
+        self._run.config.update({KEPT_KEY: note}, allow_val_change=True)
+        warnings.warn(
+            f"the W&B run {self.run_id!r} holds points past the checkpoint ({kept}), logged by "
+            "the interrupted process; W&B cannot cut a run's history back, so they keep that "
+            f"process's values and this run logs from the next step on (config {KEPT_KEY!r})",
+            stacklevel=2,
+        )
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
-        """Log ``data`` with ``<scope>'s step metric = step``; skip steps the run already has."""
+        """Log ``data`` with ``<scope>'s step metric = step``, but for tags the run already
+        holds at ``step`` or later (a resumed run's re-done steps)."""
         run = self.run
-        floor = self._floor[scope]
-        if floor is not None and step <= floor:
-            return
-        run.log({**data, STEP_METRICS[scope]: step})
+        fresh = self._fresh(scope, step, data)
+        if fresh:
+            run.log({**{tag: data[tag] for tag in fresh}, STEP_METRICS[scope]: step})
+            self._held.update(dict.fromkeys(fresh, float(step)))  # a rolled-back epoch too
 
     def log_video(
         self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
@@ -185,13 +239,30 @@ class WandbLogger(BaseLogger):
         """Log the mp4 at ``path`` as a ``wandb.Video`` named ``tag`` at ``step``; a step the
         resumed run already has is skipped, as for scalars."""
         scope = video_scope(tag)
-        run = self.run  # reads the run's floor on a resume
-        floor = self._floor[scope]
-        if floor is not None and step <= floor:
-            return
-        video = self._wandb.Video(os.fspath(path), format=Path(path).suffix.lstrip(".") or "mp4")
-        run.log({tag: video, STEP_METRICS[scope]: step})
+        self._begin()
+        run = self.run  # reads what the run holds on a resume
+        if self._fresh(scope, step, [tag]):
+            kind = Path(path).suffix.lstrip(".") or "mp4"
+            video = self._wandb.Video(os.fspath(path), format=kind)
+            run.log({tag: video, STEP_METRICS[scope]: step})
+            self._held[tag] = float(step)
         self._mark_written(scope, step)
+
+    def _earlier_records(self) -> str | None:
+        if self._resume != "allow":
+            return None  # a fresh id holds nothing; a restored logger is not asked
+        _ = self.run  # starts the run, which reads what it holds
+        held = {**self._held, **{STEP_METRICS[s]: v for s, v in self._scope_floor.items()}}
+        if not held:
+            return None
+        last = max(held.items(), key=lambda item: item[1])
+        return (
+            f"run_id {self.run_id!r} already holds the points of an earlier run (e.g. "
+            f"{last[0]!r} up to step {last[1]:.15g}), and this logger was not restored from a "
+            "checkpoint: this run's steps would be logged again beside them. Leave "
+            "run_id=None for a new W&B run, or resume the earlier run from its checkpoint "
+            "(resume_from=...)"
+        )
 
     def state_dict(self) -> dict[str, object]:
         """The positions of :meth:`BaseLogger.state_dict` and ``"wandb_run_id"``."""
@@ -217,7 +288,9 @@ class WandbLogger(BaseLogger):
             )
         super().load_state_dict(state)
         if self._run is None:
-            self.run_id, self._resume = run_id, "must"
+            self.run_id, self._resume = run_id, "must"  # the run starts (and notes) later
+        else:
+            self._note_kept()  # rolled back in this process: the points it logged since stay
 
     def close(self) -> None:
         """Finish the W&B run (uploads the rest when online); safe to call more than once."""

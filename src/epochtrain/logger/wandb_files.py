@@ -62,7 +62,7 @@ class LocalRun:
     run_id: str
     """W&B run id (several directories share it when a run was resumed)."""
     config: dict[str, Any] = field(default_factory=dict)
-    """The run's config as first given to ``wandb.init``."""
+    """The run's config: as given to ``wandb.init``, with later ``run.config`` updates."""
     step_metrics: dict[str, str] = field(default_factory=dict)
     """``define_metric`` globs and their step metric, e.g. ``{"train/*": "train/env_step"}``."""
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -77,8 +77,9 @@ def read_local_run(run_dir: Path) -> LocalRun:
     run = LocalRun(run_id=files[0].stem.removeprefix("run-"))
     for record in wandb_records(files[0]):
         kind = record.WhichOneof("record_type")
-        if kind == "run":
-            for item in record.run.config.update:
+        if kind in ("run", "config"):  # the config given to init, then run.config updates
+            items = record.run.config.update if kind == "run" else record.config.update
+            for item in items:
                 run.config[item.key] = json.loads(item.value_json)
         elif kind == "metric" and record.metric.step_metric:
             run.step_metrics[record.metric.glob_name] = record.metric.step_metric

@@ -323,6 +323,8 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         if self._finished:
             self._progress.close()  # a hook may have ended the run after the last epoch
             raise StopIteration
+        if not self._started:  # another run's records where this one logs: before any work
+            self.logger.check_new_run()
         hold_checkpoint_dir(self)
         if not self._started:
             refuse_another_runs_checkpoints(self)

@@ -1,0 +1,127 @@
+"""MultiLogger: one logger that forwards every call to several, each with its own intervals."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from epochtrain.logger.base import BaseLogger, Scope
+from epochtrain.stats import CollectStats, InfoStats, TrainingStats
+
+__all__ = ["MultiLogger"]
+
+
+class MultiLogger(BaseLogger):
+    """Fan-out: forwards every call to several loggers, each keeping its own intervals;
+    every logger gets each call even when one of them raises (the first error is raised
+    after the others were called). Before the first record, every logger checks its
+    destination (:meth:`check_new_run`), so a refused new run writes nowhere."""
+
+    def __init__(self, *loggers: BaseLogger) -> None:
+        super().__init__()
+        for i, logger in enumerate(loggers):
+            if not isinstance(logger, BaseLogger):
+                raise TypeError(f"MultiLogger loggers[{i}] must be a BaseLogger, got {logger!r}")
+        self.loggers: tuple[BaseLogger, ...] = loggers
+
+    def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Write ``data`` to every logger, bypassing their intervals."""
+        self._each(lambda logger: logger.write(scope, step, data))
+
+    def log_train_data(self, stats: CollectStats, env_step: int) -> None:
+        """Forward to every logger."""
+        self._begin()
+        self._each(lambda logger: logger.log_train_data(stats, env_step))
+
+    def log_test_data(self, stats: CollectStats, env_step: int) -> None:
+        """Forward to every logger."""
+        self._begin()
+        self._each(lambda logger: logger.log_test_data(stats, env_step))
+
+    def log_update_data(self, stats: TrainingStats, gradient_step: int) -> None:
+        """Forward to every logger."""
+        self._begin()
+        self._each(lambda logger: logger.log_update_data(stats, gradient_step))
+
+    def log_info_data(self, stats: InfoStats, epoch: int) -> None:
+        """Forward to every logger."""
+        self._begin()
+        self._each(lambda logger: logger.log_info_data(stats, epoch))
+
+    def log_data(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
+        """Forward to every logger."""
+        self._begin()
+        self._each(lambda logger: logger.log_data(scope, step, data))
+
+    def log_video(
+        self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
+    ) -> None:
+        """Forward to every logger."""
+        self._begin()
+        self._each(lambda logger: logger.log_video(path, step, tag=tag))
+
+    def _each(self, call: Callable[[BaseLogger], object]) -> None:
+        """``call`` every logger, even after one raised: one failing service (W&B, MLflow)
+        does not cost the others their records; the first error is raised at the end."""
+        first: Exception | None = None
+        for logger in self.loggers:
+            try:
+                call(logger)
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def check_new_run(self) -> None:
+        """Check every logger (the first refusal is raised after all were checked)."""
+        self._each(lambda logger: logger.check_new_run())
+
+    def _begin(self) -> None:
+        # every logger is checked before any of them writes; each then begins on its own
+        if not self._begun:
+            self.check_new_run()
+            self._begun = True
+
+    def has_records(self) -> bool:
+        """True once any of the loggers holds a record."""
+        return any(logger.has_records() for logger in self.loggers)
+
+    def state_dict(self) -> dict[str, object]:
+        """``{"loggers": [state of each logger, in order]}``."""
+        return {"loggers": [logger.state_dict() for logger in self.loggers]}
+
+    def _sub_states(self, state: Mapping[str, object]) -> list[Mapping[str, object]]:
+        states = state.get("loggers")
+        if not isinstance(states, list) or len(states) != len(self.loggers):
+            raise ValueError(
+                f"MultiLogger state['loggers'] must be a list of {len(self.loggers)} states, "
+                f"got {states!r}"
+            )
+        for sub_state in states:
+            if not isinstance(sub_state, Mapping):
+                raise ValueError(f"MultiLogger sub-state must be a mapping, got {sub_state!r}")
+        return states
+
+    def check_resume(self, state: Mapping[str, object]) -> None:
+        """Check each logger against its state (another list of loggers: left to
+        :meth:`load_state_dict`)."""
+        try:
+            states = self._sub_states(state)
+        except ValueError:
+            return
+        for logger, sub_state in zip(self.loggers, states, strict=True):
+            logger.check_resume(sub_state)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore each logger from what :meth:`state_dict` returned; one that fails does not
+        keep the others from being restored (the first error is raised after them)."""
+        states = iter(self._sub_states(state))  # _each calls the loggers in their order
+        self._each(lambda logger: logger.load_state_dict(next(states)))
+
+    def flush(self) -> None:
+        """Flush every logger."""
+        self._each(lambda logger: logger.flush())
+
+    def close(self) -> None:
+        """Close every logger."""
+        self._each(lambda logger: logger.close())
