@@ -482,3 +482,33 @@ def test_a_trial_reopening_a_run_counts_the_time_of_its_earlier_sessions(tmp_pat
     result = json.loads((run_dir / "result.json").read_text())
     assert result["wall_time"] > earlier
     trainable.stop()
+
+
+def test_a_spec_trial_started_over_in_its_directory_replaces_the_failed_attempts_records(
+    tmp_path: Path,
+) -> None:
+    # Tune retries a trial that failed before its first checkpoint from scratch, in the
+    # trial's directory: the new attempt's log replaces the failed one's, not refused by it
+    from epochtrain.ray import EpochTrainable, param_space
+
+    class InTrialDir(EpochTrainable):  # Tune gives a retried trial the same directory
+        @property
+        def logdir(self) -> str:
+            return str(tmp_path / "t")
+
+    spec = PPO.with_overrides(
+        {"max_epoch": 2, "logging.logdir": str(tmp_path / "runs"), "logging.loggers": ["jsonl"]}
+    )
+
+    def attempt() -> Any:
+        return InTrialDir({**param_space(spec), TRIAL_INFO: _TrialInfo(_Trial("t"))})
+
+    failed = attempt()
+    failed.train()  # epoch 1 logged, then the attempt dies before any checkpoint
+    failed.stop()
+    retried = attempt()
+    assert retried.train()["done"] is False and retried.train()["done"] is True
+    retried.stop()
+    (log,) = (tmp_path / "t").rglob("log.jsonl")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["step"] for r in records if r["scope"] == "info"] == [1, 2]

@@ -160,6 +160,7 @@ class EpochTrainable(tune.Trainable):
         self._config = dict(config)
         self._trainer: Any = None
         self._ended = False  # a run_dir trial that failed or is another sweep's: no save
+        self._begun = False  # step has run an epoch of this config
         self.wall_time = 0.0
         """Seconds this run has spent in ``next(trainer)`` (a restored trial's included)."""
 
@@ -209,6 +210,11 @@ class EpochTrainable(tune.Trainable):
             if self.run_dir is None or in_use_error(self.run_dir, exc) is None:
                 raise
             return self._end(exc)
+        if self.run_dir is None and trainer.state.epoch == 0 and not self._begun:
+            # a trial (re)started from scratch in its directory: a failed attempt's records
+            # there are dropped (a restored trial's epoch is > 0, its records are kept)
+            trainer.logger.load_state_dict(trainer.logger.state_dict())
+        self._begun = True
         start = time.perf_counter()
         try:
             stats = next(trainer)
