@@ -8,6 +8,11 @@ envs stepped in a thread pool, for the tasks EnvPool provides). Each is a gymnas
 autoreset on the SAME_STEP (the final observation is in ``info["final_obs"]``), EnvPool on
 the NEXT_STEP (the step after an episode's end only resets it), and the collector turns
 either into the same transitions and ``CollectStats``.
+
+:func:`seed_spaces` seeds the spaces of a vector env and of its sub-envs (their random
+streams are separate from the envs' own, which ``reset(seed=...)`` seeds): the trainers
+call it so that an env or wrapper sampling its own spaces is reproducible given the run's
+seed.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from epochtrain.data.env_snapshots import env_levels
 from epochtrain.extras import require
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
     "env_name",
     "env_spec",
     "make_envs",
+    "seed_spaces",
 ]
 
 
@@ -85,6 +92,55 @@ def make_envs(
         # gymnasium's message names the pip command (e.g. gymnasium[box2d], [mujoco])
         raise MissingEnvDependencyError(f"env {env_id!r} needs a package: {exc}") from exc
     return envs
+
+
+_VECTOR_LEVEL = 2**32 - 1
+"""The index, in a space's seed, of the vector env's own spaces (no sub-env has it)."""
+
+
+def seed_spaces(
+    envs: gym.vector.VectorEnv[Any, Any, Any], seed: int, *, stream: Sequence[int] = ()
+) -> None:
+    """Seed the observation and action spaces of ``envs``' sub-envs and of ``envs`` itself.
+
+    Every space found once (at each wrapper level of a sub-env, outermost first, then each
+    vector level's ``observation_space``, ``action_space`` and ``single_*`` spaces not
+    already seeded) gets the seed ``SeedSequence([seed, *stream, i, k])``: ``i`` the sub-env's
+    index (the vector env's own: ``2**32 - 1``), ``k`` the space's place in that list. So
+    the streams differ between sub-envs, and between callers that pass another ``stream``
+    (the trainers' training and test envs), and depend on nothing else.
+
+    Only what lives in this process is reached: a ``SyncVectorEnv``'s sub-envs, never an
+    ``AsyncVectorEnv``'s (in worker processes, whose spaces gymnasium offers no way to seed;
+    its own spaces are seeded) nor EnvPool's (C++ envs; the pool's spaces are the vector
+    env's). An env that samples its spaces under those backends seeds them itself, e.g.
+    from the seed of its ``reset``.
+    """
+    done: set[int] = set()
+
+    def seed_all(spaces: list[Any], index: int) -> None:
+        fresh = [s for s in spaces if isinstance(s, gym.Space) and id(s) not in done]
+        for k, space in enumerate(dict((id(s), s) for s in fresh).values()):
+            state = np.random.SeedSequence([seed, *stream, index, k]).generate_state(1)
+            space.seed(int(state[0]))
+            done.add(id(space))
+
+    levels = env_levels(envs)
+    for i, sub_env in enumerate(getattr(levels[-1], "envs", None) or []):
+        seed_all(_sub_env_spaces(sub_env), i)
+    names = ("observation_space", "action_space", "single_observation_space", "single_action_space")
+    seed_all([getattr(level, name, None) for level in levels for name in names], _VECTOR_LEVEL)
+
+
+def _sub_env_spaces(env: Any) -> list[Any]:
+    """The observation and action spaces at every wrapper level of ``env``, outermost first
+    (a wrapper that does not override one gives the level below's: the same object)."""
+    spaces = []
+    while True:
+        spaces += [getattr(env, "observation_space", None), getattr(env, "action_space", None)]
+        if not isinstance(env, gym.Wrapper):
+            return spaces
+        env = env.env
 
 
 class MissingEnvDependencyError(ImportError):

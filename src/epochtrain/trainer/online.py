@@ -19,6 +19,7 @@ import torch
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
+from epochtrain.envs import seed_spaces
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.logger import BaseLogger
 from epochtrain.stats import CollectStats, TTrainingStats
@@ -27,6 +28,9 @@ from epochtrain.trainer.params import OnlineParams, TrainerParams
 from epochtrain.trainer.safety import on_nonfinite, with_run_context
 
 __all__ = ["OnlineTrainer"]
+
+# tell the spaces' seed streams of the training and the test envs apart (seed_spaces)
+_TRAIN_SPACES, _TEST_SPACES = 0x7472, 0x7465
 
 
 class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
@@ -80,11 +84,24 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         self.train_collector.buffer.clear()
 
     def _start(self) -> None:
+        """Seed the training envs from the run's seed: their spaces' streams first
+        (:func:`~epochtrain.envs.seed_spaces`; a reset may sample them), then their episodes
+        by a seeded reset, then the vector action space random warm-up actions come from."""
+        seed_spaces(self.train_collector.env, self.params.seed, stream=(_TRAIN_SPACES,))
         try:
             self.train_collector.reset(seed=self.params.seed)
         except (NonFiniteError, EnvError) as exc:  # closes every env, as in a collect
             self._collect_failed(exc)
         self.train_collector.env.action_space.seed(self.params.seed)
+
+    def _test_step(self) -> CollectStats | None:
+        """Seed the test envs' spaces for this test step, from the run's seed, the epoch and
+        the env step (as their reset seed, a function of where the run is: a resumed run
+        tests as an uninterrupted one), then run the test step."""
+        if self.test_collector is not None:
+            stream = (_TEST_SPACES, self.state.epoch, self.state.env_step)
+            seed_spaces(self.test_collector.env, self.params.seed, stream=stream)
+        return super()._test_step()
 
     def _collect(self, **kwargs: Any) -> int:
         """One collect step on the training envs; returns env steps collected.
