@@ -8,11 +8,16 @@ writing process's)::
     .old-<name>-<pid>/       the checkpoint being replaced, moved aside during the swap
     .trash-<name>-<pid>/     a rotated-out checkpoint, moved out of ``epoch_*`` then deleted
     .lock                    JSON {pid, host, token, created}: the directory's writer
+    .lock.stale-<host>-<pid> a dead writer's lock, moved aside by the process taking it over
+                             (then deleted; older versions named it ``.lock.stale-<pid>``)
 
 A process killed at any moment leaves at most these leftovers; :func:`recover` puts a
 complete checkpoint back in place when a swap was cut between its two renames, and
 :func:`clean_leftovers` removes the rest (of dead writers only, or all of them when the
 caller holds the lock). Neither ever removes the only complete copy of a checkpoint.
+:func:`sweep` does both, and :meth:`CheckpointLock.acquire` sweeps the leftovers of dead
+writers as soon as it holds the lock, so a killed save's or rotation's leftovers go at
+the next load or resume, even of a finished run that saves nothing more.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ __all__ = [
     "leftover_name",
     "recover",
     "remove_dir",
+    "sweep",
 ]
 
 LOCK_FILE = ".lock"
@@ -51,6 +57,8 @@ LOCK_FILE = ".lock"
 MANIFEST = "manifest.json"
 TMP, OLD, TRASH = ".tmp-", ".old-", ".trash-"
 LEFTOVER_PREFIXES = (TMP, OLD, TRASH)
+STALE_LOCK = f"{LOCK_FILE}.stale-"
+"""Prefix of a dead writer's lock moved aside by a takeover: ``<prefix><host>-<pid>``."""
 
 
 def leftover_name(prefix: str, name: str) -> str:
@@ -59,7 +67,13 @@ def leftover_name(prefix: str, name: str) -> str:
 
 
 def _split(entry: str) -> tuple[str, str, int] | None:
-    """``(prefix, checkpoint name, pid)`` of a leftover's name, or ``None``."""
+    """``(prefix, checkpoint name, pid)`` of a leftover's name, or ``None``; a moved-aside
+    lock's is ``(STALE_LOCK, "", pid)``, and ``None`` when another host's process moved it
+    (its pid says nothing here)."""
+    if entry.startswith(STALE_LOCK):
+        host, _, pid = entry[len(STALE_LOCK) :].rpartition("-")
+        same_host = host in ("", socket.gethostname())  # "": an older version's name
+        return (STALE_LOCK, "", int(pid)) if same_host and pid.isdigit() else None
     for prefix in LEFTOVER_PREFIXES:
         if entry.startswith(prefix):
             name, _, pid = entry[len(prefix) :].rpartition("-")
@@ -134,6 +148,8 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
     caller holds ``root``'s lock, so no
     other process writes there): then every leftover, and with ``name=None`` also the
     ``epoch_*`` directories that are not complete (a rotation killed by an older epochtrain).
+    With ``name=None``, also the locks that a takeover killed half-way left moved aside
+    (``.lock.stale-*``) by a process of this host that has ended (even when ``owned``).
     Call :func:`recover` first. Returns what was removed.
     """
     if not root.is_dir():
@@ -142,8 +158,11 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
     for entry in root.iterdir():
         parts = _split(entry.name)
         if parts is not None:
-            _, of, pid = parts
-            removable = (name is None or of == name) and (owned or _writer_gone(pid))
+            kind, of, pid = parts
+            mine = owned and kind != STALE_LOCK  # a live taker unlinks its own
+            removable = (name is None or of == name) and (mine or _writer_gone(pid))
+        elif entry.name.startswith(STALE_LOCK):
+            removable = False  # another host's
         else:
             removable = (
                 owned
@@ -153,9 +172,26 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
                 and not is_complete(entry)
             )
         if removable:
-            shutil.rmtree(entry, ignore_errors=True)
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
+
+
+def sweep(root: Path, *, owned: bool = False) -> list[Path]:
+    """Put back every checkpoint of ``root`` whose swap was killed between its renames
+    (:func:`recover`), then remove the leftovers (:func:`clean_leftovers`, ``owned`` as
+    there). Returns what was removed."""
+    if not root.is_dir():
+        return []
+    names = {
+        parts[1] for e in root.iterdir() if (parts := _split(e.name)) and parts[0] in (TMP, OLD)
+    }
+    for name in sorted(names):
+        recover(root / name)
+    return clean_leftovers(root, owned=owned)
 
 
 @contextlib.contextmanager
@@ -192,7 +228,9 @@ class CheckpointLock:
 
     :meth:`acquire` creates it atomically; a lock of a process that no longer runs on this
     host is stale and taken over. Any other holder (another process, or another trainer
-    of this process) makes :meth:`acquire` raise :class:`CheckpointError` naming it.
+    of this process) makes :meth:`acquire` raise :class:`CheckpointError` naming it. Once
+    it holds the lock, :meth:`acquire` sweeps what dead writers left in ``root``
+    (:func:`sweep`; a live process's files are never touched).
     """
 
     def __init__(self, root: Path) -> None:
@@ -201,8 +239,9 @@ class CheckpointLock:
         self.token = uuid.uuid4().hex
         self.held = False
         self.swept = False
-        """Whether the holder has cleaned ``root`` since it took the lock: while it holds
-        it, only its own saves change the directory, so once is enough."""
+        """Whether the holder has cleaned every leftover in ``root`` (``sweep(owned=True)``,
+        its first save) since it took the lock: while it holds it, only its own saves change
+        the directory, so once is enough."""
 
     def _record(self) -> dict[str, Any]:
         return {
@@ -244,12 +283,14 @@ class CheckpointLock:
         for attempt in range(3):
             if self._create():
                 self.held, self.swept = True, False
+                with contextlib.suppress(OSError):  # best effort: the first save sweeps again
+                    sweep(self.root)
                 return
             record = self._read()
             if record is None:
                 continue  # released meanwhile: try again
             if self._stale(record):
-                stale = self.root / f"{LOCK_FILE}.stale-{os.getpid()}"
+                stale = self.root / f"{STALE_LOCK}{socket.gethostname()}-{os.getpid()}"
                 with contextlib.suppress(FileNotFoundError):
                     os.replace(self.path, stale)
                     stale.unlink()

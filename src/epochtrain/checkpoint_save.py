@@ -34,6 +34,7 @@ from epochtrain.checkpoint_files import (
     leftover_name,
     recover,
     remove_dir,
+    sweep,
 )
 from epochtrain.data.io import fsync_dir, safe_globals, write_durably
 from epochtrain.errors import CheckpointError, NonFiniteError
@@ -375,11 +376,7 @@ def _save_and_rotate(trainer: BaseTrainer[Any], root: Path) -> Path | None:
         return None
     lock = trainer._checkpoint_lock
     if lock is None or not lock.swept:  # what killed writers left, once per lock taken
-        for entry in list(root.iterdir()):
-            for prefix in (TMP, OLD):
-                if entry.name.startswith(prefix):
-                    recover(root / entry.name[len(prefix) :].rpartition("-")[0])
-        clean_leftovers(root, owned=True)
+        sweep(root, owned=True)
         if lock is not None:
             lock.swept = True
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 import sys
 import time
 import warnings
@@ -126,14 +127,22 @@ def _new_run_dir(logdir: Path, name: str) -> Path:
 def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     """The spec of a ``train`` run (with its run directory and checkpoint settings) and the
     run directory, or None when logging is off."""
-    from epochtrain.checkpoint import RUN_CHECKPOINTS, read_manifest, resolve_checkpoint
+    from epochtrain.checkpoint import (
+        RUN_CHECKPOINTS,
+        CheckpointError,
+        read_manifest,
+        resolve_checkpoint,
+    )
     from epochtrain.data.io import check_writable_dir
     from epochtrain.envs import env_name
     from epochtrain.spec import RunSpec
 
     base: RunSpec | None = None
     if args.resume is not None:
-        ckpt = resolve_checkpoint(args.resume)
+        try:
+            ckpt = resolve_checkpoint(args.resume)
+        except CheckpointError as exc:
+            raise CheckpointError(_nothing_to_resume(args.resume, exc)) from exc
         saved = read_manifest(ckpt, verify_files=False).get("spec")
         if saved is None:
             raise ValueError(
@@ -183,6 +192,44 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         }
     )
     return spec, run_dir
+
+
+def _nothing_to_resume(path: str, exc: Exception) -> str:
+    """The words for ``--resume PATH`` where no complete checkpoint is: the run was stopped
+    (``kill -9``) before its first checkpoint was complete, so it starts again without
+    ``--resume``; the command that does is named when PATH is a run directory (or its
+    ``checkpoints/``), from the ``spec.toml`` there."""
+    from epochtrain.checkpoint import RUN_CHECKPOINTS, find_checkpoints
+    from epochtrain.spec import RunSpec
+
+    given = Path(path)
+    run_dir = given.parent if given.name == RUN_CHECKPOINTS else given
+    try:
+        spec = RunSpec.from_file(run_dir / "spec.toml")
+    except (OSError, ValueError, TypeError):  # not a run directory of `train`
+        return (
+            f"--resume {path}: {exc}. A run stopped before its first checkpoint was complete "
+            "has nothing to resume: start it again with its command, without --resume"
+        )
+    ckpt_dir, where = spec.trainer.checkpoint_dir, ""
+    command = ["epochtrain", "train", "--config", str(run_dir / "spec.toml")]
+    command += ["--logdir", str(run_dir.parent)]
+    if ckpt_dir is None:
+        why = "it wrote no checkpoints (checkpoint_dir was off)"
+        command += ["--checkpoint-dir", ""]
+    elif Path(ckpt_dir) != Path(spec.logging.logdir or "") / RUN_CHECKPOINTS:
+        if find_checkpoints(ckpt_dir):  # the run's checkpoints are elsewhere: continue them
+            resume = shlex.join(["epochtrain", "train", "--resume", ckpt_dir])
+            return f"--resume {path}: the run's checkpoints are in {ckpt_dir}: {resume}"
+        why = f"it was stopped before its first checkpoint in {ckpt_dir} was complete"
+    else:  # a new run directory, with checkpoints of its own
+        why = "it was stopped before its first checkpoint was complete"
+        command += ["--checkpoint-dir", "none"]
+        where = f" (in a new run directory; {run_dir} can then be deleted)"
+    return (
+        f"--resume {path}: the run holds no complete checkpoint ({why}), so there is nothing "
+        f"to resume. Start it again without --resume{where}: {shlex.join(command)}"
+    )
 
 
 _SET_BY_RESUME = frozenset({"trainer.resume_from", "logging.logdir"})
