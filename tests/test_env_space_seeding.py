@@ -146,3 +146,16 @@ def test_seed_spaces_depends_on_seed_and_stream_only_and_reaches_async_envs_own_
         runs.append(samples(envs))
         envs.close()
     assert runs[0] == runs[1]
+
+
+def test_an_offline_runs_test_envs_spaces_are_seeded_from_the_run_too() -> None:
+    from tests.trainer.tiny import build
+
+    runs = []
+    for _ in range(2):
+        trainer = build("offline", max_epoch=2)
+        trainer.test_collector.env = noisy_vec(2)
+        trainer.run()
+        runs.append(draws(trainer.test_collector.env))
+        trainer.close()
+    assert all(runs[0]) and runs[0] == runs[1]

@@ -51,6 +51,7 @@ from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.data.io import check_writable_dir
+from epochtrain.envs import seed_spaces
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
@@ -88,6 +89,11 @@ __all__ = ["BaseTrainer", "StopFn"]
 
 StopFn = Callable[[float], bool]
 """``stop_fn(best_test_return) -> bool``: True stops training after this epoch."""
+
+
+_TEST_SPACES = 0x7465
+"""The test envs' stream of :func:`~epochtrain.envs.seed_spaces` (``trainer.online``'s
+``_TRAIN_SPACES`` is the training envs')."""
 
 
 class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
@@ -547,6 +553,10 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         """Run ``episode_per_test`` deterministic episodes; update the best record. None
         when the test envs gave NaN or inf and ``on_nonfinite`` stopped the run."""
         assert self.test_collector is not None
+        # the test envs' spaces are seeded from where the run is, as their reset: a resumed
+        # run tests as an uninterrupted one (test envs are not in checkpoints)
+        stream = (_TEST_SPACES, self.state.epoch, self.state.env_step)
+        seed_spaces(self.test_collector.env, self.params.seed, stream=stream)
         # exploration set by the user holds for its phase: train_fn's for training, and
         # test_fn's (if any) for this test step only
         train_exploration, self.policy.exploration = self.policy.exploration, None

@@ -29,8 +29,9 @@ from epochtrain.trainer.safety import on_nonfinite, with_run_context
 
 __all__ = ["OnlineTrainer"]
 
-# tell the spaces' seed streams of the training and the test envs apart (seed_spaces)
-_TRAIN_SPACES, _TEST_SPACES = 0x7472, 0x7465
+_TRAIN_SPACES = 0x7472
+"""The training envs' stream of :func:`~epochtrain.envs.seed_spaces` (the test envs' is
+``trainer.base``'s ``_TEST_SPACES``)."""
 
 
 class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
@@ -93,15 +94,6 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         except (NonFiniteError, EnvError) as exc:  # closes every env, as in a collect
             self._collect_failed(exc)
         self.train_collector.env.action_space.seed(self.params.seed)
-
-    def _test_step(self) -> CollectStats | None:
-        """Seed the test envs' spaces for this test step, from the run's seed, the epoch and
-        the env step (as their reset seed, a function of where the run is: a resumed run
-        tests as an uninterrupted one), then run the test step."""
-        if self.test_collector is not None:
-            stream = (_TEST_SPACES, self.state.epoch, self.state.env_step)
-            seed_spaces(self.test_collector.env, self.params.seed, stream=stream)
-        return super()._test_step()
 
     def _collect(self, **kwargs: Any) -> int:
         """One collect step on the training envs; returns env steps collected.
