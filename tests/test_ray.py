@@ -334,6 +334,8 @@ def test_reset_config_applies_the_new_learning_rate_after_the_donors_checkpoint(
     assert after_restore["update/loss/actor"] == after_donor["update/loss/actor"]
     clone_rng = clone.trainer._rng_state["numpy"][1]
     assert not (clone_rng == restored.trainer._rng_state["numpy"][1]).all()
+    spaces = [t.trainer.train_collector.env.envs[0].observation_space for t in (clone, restored)]
+    assert spaces[0].sample().tolist() != spaces[1].sample().tolist()  # its spaces draw anew
     for trainable in (donor, clone, restored):
         trainable.stop()
 

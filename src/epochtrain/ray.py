@@ -40,6 +40,7 @@ from ray.tune.result import SHOULD_CHECKPOINT  # noqa: E402
 
 from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
+from epochtrain.envs import seed_spaces  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
     CHECKPOINTS,
     close_envs,
@@ -72,6 +73,7 @@ __all__ = [
 SPEC_KEY = "spec"
 RUN_DIR_KEY = "run_dir"
 _CHECKPOINT = "epochtrain"  # our checkpoint inside Tune's checkpoint directory
+_PBT_SPACES = 0x7062  # a PBT clone's stream of seed_spaces (the trainers' are others)
 _TRIAL_FILE = "trial.json"  # which trial wrote it, and its wall time so far
 
 
@@ -330,7 +332,7 @@ def _take_over_lock(checkpoint_dir: Path) -> None:
 def reseed(trainer: Any, seed: int) -> None:
     """Give ``trainer`` fresh random streams from ``seed``: python, numpy and torch (the
     trainer's own), and its training envs' generators and action space (when they are in
-    this process), without resetting the episodes under way."""
+    this process), with their spaces, without resetting the episodes under way."""
     trainer._rng_state = {  # the streams rng_scope swaps in at the next epoch
         "python": random.Random(seed).getstate(),
         "numpy": np.random.RandomState(seed).get_state(),
@@ -339,6 +341,7 @@ def reseed(trainer: Any, seed: int) -> None:
     if trainer.kind == "offline":
         return
     envs = trainer.train_collector.env
+    seed_spaces(envs, seed, stream=(_PBT_SPACES,))  # the clone's spaces draw anew too
     envs.action_space.seed(seed)
     children = np.random.SeedSequence(seed).spawn(len(getattr(envs, "envs", [])))
     for sub_env, child in zip(getattr(envs, "envs", []), children, strict=True):
