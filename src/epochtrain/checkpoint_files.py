@@ -8,8 +8,10 @@ writing process's)::
     .old-<name>-<pid>/       the checkpoint being replaced, moved aside during the swap
     .trash-<name>-<pid>/     a rotated-out checkpoint, moved out of ``epoch_*`` then deleted
     .lock                    JSON {pid, host, token, created}: the directory's writer
-    .lock.stale-<host>-<pid> a dead writer's lock, moved aside by the process taking it over
-                             (then deleted; older versions named it ``.lock.stale-<pid>``)
+    .tmp-.lock-<token>-<pid> the record of a process creating ``.lock``: hard-linked to it,
+                             then deleted (:meth:`CheckpointLock.acquire`)
+    .lock.stale-<host>-<pid> a dead writer's lock moved aside by a takeover of an earlier
+                             version (then deleted; still older ones: ``.lock.stale-<pid>``)
 
 A process killed at any moment leaves at most these leftovers; :func:`recover` puts a
 complete checkpoint back in place when a swap was cut between its two renames, and
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import gc
 import json
 import os
@@ -35,6 +38,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+
+    HAVE_FLOCK = True
+except ImportError:  # not POSIX: stale locks are taken over without flock (best effort)
+    HAVE_FLOCK = False
 
 from epochtrain.data.io import pid_alive
 from epochtrain.errors import CheckpointError
@@ -58,7 +68,32 @@ MANIFEST = "manifest.json"
 TMP, OLD, TRASH = ".tmp-", ".old-", ".trash-"
 LEFTOVER_PREFIXES = (TMP, OLD, TRASH)
 STALE_LOCK = f"{LOCK_FILE}.stale-"
-"""Prefix of a dead writer's lock moved aside by a takeover: ``<prefix><host>-<pid>``."""
+"""Prefix of a dead writer's lock moved aside by an earlier version's takeover:
+``<prefix><host>-<pid>``; today's takeover deletes the lock in place, under ``flock``."""
+
+
+_NO_LINK = frozenset(
+    getattr(errno, name)
+    for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS", "EXDEV", "EMLINK", "EINVAL")
+    if hasattr(errno, name)
+)
+"""Errors of ``os.link`` on a filesystem without hard links: the lock is then created in place."""
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    """A lock file's record; ``{}`` if torn or foreign (then treated as stale)."""
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _read_fd(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def leftover_name(prefix: str, name: str) -> str:
@@ -148,8 +183,9 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
     caller holds ``root``'s lock, so no
     other process writes there): then every leftover, and with ``name=None`` also the
     ``epoch_*`` directories that are not complete (a rotation killed by an older epochtrain).
-    With ``name=None``, also the locks that a takeover killed half-way left moved aside
-    (``.lock.stale-*``) by a process of this host that has ended (even when ``owned``).
+    With ``name=None``, also the locks that an earlier version's takeover killed half-way
+    left moved aside (``.lock.stale-*``) by a process of this host that has ended (even
+    when ``owned``).
     Call :func:`recover` first. Returns what was removed.
     """
     if not root.is_dir():
@@ -253,20 +289,50 @@ class CheckpointLock:
 
     def _read(self) -> dict[str, Any] | None:
         try:
-            record = json.loads(self.path.read_text(encoding="utf-8"))
+            return _parse(self.path.read_bytes())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
-            return {}  # torn or foreign: treated as stale below
-        return record if isinstance(record, dict) else {}
+        except OSError:
+            return {}  # unreadable: treated as stale below
 
     def _create(self) -> bool:
+        """Create the lock file with our record in one step: the record is written to a
+        temporary file beside it (``.tmp-.lock-<token>-<pid>``, swept when its process is
+        dead), which is then hard-linked to the lock's name, so no process ever sees the
+        lock empty. Where hard links are not supported, the lock is created and then
+        written, under ``flock`` against a concurrent takeover. A lock that exists already
+        is refused before anything is written: a refused process leaves ``root`` untouched."""
+        if os.path.lexists(self.path):
+            return False
+        data = json.dumps(self._record()).encode()
+        tmp = self.root / leftover_name(TMP, f"{LOCK_FILE}-{self.token}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.link(tmp, self.path)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:  # the holder's sweep removed our temporary file
+            return False
+        except OSError as exc:
+            if exc.errno not in _NO_LINK:
+                raise
+            return self._create_in_place(data)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    def _create_in_place(self, data: bytes) -> bool:
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self._record(), f)
+        try:
+            if HAVE_FLOCK:  # a taker that opened the empty file waits for the record
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
         return True
 
     def _stale(self, record: dict[str, Any]) -> bool:
@@ -280,7 +346,7 @@ class CheckpointLock:
         if self.held:
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):
+        for attempt in range(5):
             if self._create():
                 self.held, self.swept = True, False
                 with contextlib.suppress(OSError):  # best effort: the first save sweeps again
@@ -290,10 +356,7 @@ class CheckpointLock:
             if record is None:
                 continue  # released meanwhile: try again
             if self._stale(record):
-                stale = self.root / f"{STALE_LOCK}{socket.gethostname()}-{os.getpid()}"
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(self.path, stale)
-                    stale.unlink()
+                self._take_over()
                 continue
             if record.get("pid") == os.getpid() and attempt == 0:
                 gc.collect()  # a dropped trainer of this process may still hold it
@@ -301,6 +364,32 @@ class CheckpointLock:
             raise CheckpointError(self._in_use(record))
         record = self._read() or {}
         raise CheckpointError(self._in_use(record))
+
+    def _take_over(self) -> None:
+        """Delete the lock file if it is (still) stale, deciding under ``flock`` on the file.
+
+        Two processes that found the same stale lock both come here: the first deletes it
+        and creates its own; the second then finds that the path names another file (or
+        none) and deletes nothing. Without ``fcntl`` (not POSIX) it is best effort: two
+        takers racing in the few instructions between the checks and the deletion can
+        still both take the lock.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # released or taken over meanwhile
+        try:
+            if HAVE_FLOCK:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            now, held = os.stat(self.path), os.fstat(fd)
+            if (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev):
+                return  # replaced meanwhile: look again
+            if self._stale(_parse(_read_fd(fd))):
+                os.unlink(self.path)
+        except FileNotFoundError:
+            return
+        finally:
+            os.close(fd)  # releases the flock
 
     def _in_use(self, record: dict[str, Any]) -> str:
         pid, host, since = record.get("pid"), record.get("host"), record.get("created")
