@@ -360,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from epochtrain.cli_interrupts import (
         exit_status,
         failed_line,
+        ignore_further_interrupts,
         interrupted_line,
         is_file_fault,
         sigterm_as_interrupt,
@@ -371,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _warning_line
             return _main(argv)
     except KeyboardInterrupt as exc:
+        if argv is None:  # the process is this command, and it ends here: a second Ctrl-C
+            ignore_further_interrupts()  # would only print a traceback of the exit
         print(interrupted_line(exc, words), file=sys.stderr)
         return exit_status(exc)
     except Exception as exc:

@@ -33,6 +33,7 @@ __all__ = [
     "Terminated",
     "exit_status",
     "failed_line",
+    "ignore_further_interrupts",
     "interrupted_line",
     "is_file_fault",
     "sigterm_as_interrupt",
@@ -53,6 +54,22 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def ignore_further_interrupts() -> None:
+    """Ignore SIGINT and SIGTERM from now on (main thread only; elsewhere nothing changes).
+
+    For the process of a command that was interrupted and has printed its line
+    (:func:`interrupted_line`): its runs are stopped and their files safe, and all that is
+    left is the interpreter's exit (threads joined, atexit callbacks, torch's finalizers,
+    a tenth of a second or more). A second Ctrl-C there changes nothing but printing a
+    traceback of whichever of them it lands in, and ending the process by SIGINT instead
+    of with its exit status. Not for a program that goes on after the command returns.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def exit_status(exc: KeyboardInterrupt) -> int:

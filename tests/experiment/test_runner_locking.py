@@ -158,3 +158,26 @@ def test_an_opened_run_keeps_its_lock_past_its_last_checkpoint_until_closed(
     finished_result(run_dir, trainer, 1.0)
     close_envs(trainer)
     assert lock_holder(run_dir) is None
+
+
+def test_the_processes_backend_records_a_failure_only_under_the_runs_lock(
+    tmp_path: Path, other_process: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epochtrain.experiment import processes
+
+    run_dir = prepare_runs(grid(["ppo"], ENVS, [0], **FAST), tmp_path)[0]
+    held_at_write: list[int | None] = []
+    real_write = runs.write_json
+
+    def record(path: Path, data: Any) -> None:
+        held_at_write.append(lock_holder(path.parent))
+        real_write(path, data)
+
+    monkeypatch.setattr(runs, "write_json", record)
+    hold_lock(run_dir, other_process.pid)  # another sweep took the run since it failed here
+    assert processes._failed(run_dir, RuntimeError("boom")) == processes.IN_USE
+    assert not (run_dir / "result.json").exists() and held_at_write == []
+    (run_dir / "checkpoints" / ".lock").unlink()
+    assert processes._failed(run_dir, RuntimeError("boom")) == "failed"
+    assert held_at_write == [os.getpid()] and lock_holder(run_dir) is None
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "failed"

@@ -11,8 +11,15 @@ runs get no ``result.json``, so re-running the experiment resumes them. A worker
 dies on its own (the OOM killer) takes its pool down: the runs not ended start again in a
 new pool from their latest checkpoints, ``max_failures`` times (:func:`run_processes`).
 
-Workers ignore SIGINT themselves: a terminal's Ctrl-C reaches the whole process group, and
-each run must be interrupted once, by its worker's watcher, not twice.
+Workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and each run
+must be interrupted once, by its worker's watcher, not twice. They are born with SIGINT
+blocked (the signal mask is inherited across fork and exec), so a Ctrl-C while one still
+imports torch stays pending, and ignoring SIGINT in :func:`_init_worker` discards it: no
+``KeyboardInterrupt`` traceback from any of them. The parent holds SIGINT meanwhile and
+raises it once the workers are spawned: it is late, never lost (an ignored disposition
+instead of the mask would drop a Ctrl-C pressed during the spawning). SIGTERM, with which
+a broken pool stops its workers, interrupts a worker's run as Ctrl-C would; an idle
+worker just exits (:func:`_sigterm_handler`).
 """
 
 from __future__ import annotations
@@ -24,19 +31,22 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+from epochtrain.checkpoint_files import deferred_signals
 from epochtrain.errors import terminated_handler
 from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.runs import (
     close_envs,
     failed_result,
     finished_result,
+    hold_run,
     in_use_error,
     is_finished,
     note_in_use,
@@ -97,8 +107,9 @@ def _run_pool(
     futures: dict[Future[str], Path] = {}
     broken: dict[Path, BrokenProcessPool] = {}
     try:
-        for run_dir in run_dirs:
-            futures[pool.submit(_run_in_worker, os.fspath(run_dir))] = run_dir
+        with _workers_born_with_sigint_blocked():  # submit spawns them
+            for run_dir in run_dirs:
+                futures[pool.submit(_run_in_worker, os.fspath(run_dir))] = run_dir
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -111,8 +122,7 @@ def _run_pool(
                     broken[run_dir] = died
                     continue
                 except Exception as exc:  # the result could not come back
-                    failed_result(run_dir, spec_of(run_dir), exc)
-                    status = "failed"
+                    status = _failed(run_dir, exc)
                 if status == IN_USE:
                     note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")
                     continue
@@ -136,8 +146,10 @@ def _run_pool(
                 f"a worker process died while this run was in its pool {failures[run_dir]} "
                 f"times (max_failures={max_failures}); the last time: {pool_error}"
             )
-            failed_result(run_dir, spec_of(run_dir), error)
-            progress.end(run_dir, failed=True)
+            if _failed(run_dir, error) == IN_USE:
+                note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")
+            else:
+                progress.end(run_dir, failed=True)
         else:
             if run_dir in begun:
                 progress.restart(run_dir, "a worker process of the sweep died")
@@ -152,22 +164,27 @@ def _stop(
     events: Any,
     pids: set[int],
 ) -> None:
-    """Interrupt every worker's run and wait for them (module docstring)."""
-    stop.set()
-    # cancelled here, not by shutdown(cancel_futures=True), whose manager thread cancels
-    # later; wait() never counts a cancelled future as done, so it waits on the others
-    started = [f for f in futures if not f.cancel()]
-    pool.shutdown(wait=False)
+    """Interrupt every worker's run and wait for them (module docstring), then for the
+    workers' exit: nothing is left for the interpreter's exit to wait on, where a second
+    Ctrl-C would print a traceback of ``threading``."""
+    stop.set()  # a queued run is returned at once, not started
+    # none is cancelled: a pool broken by the kill below would fail every pending future,
+    # and a cancelled one raises InvalidStateError there, which leaves workers running
     all_idle = False
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: kill them now
-        all_idle = not wait(started, timeout=STOP_GRACE).not_done
-    _drain(events, None, pids)
-    if not all_idle:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(KeyboardInterrupt):
-        pool.shutdown(wait=True)
+        all_idle = not wait(futures, timeout=STOP_GRACE).not_done
+    kill = not all_idle
+    while True:
+        _drain(events, None, pids)
+        if kill:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        try:  # one call: a first shutdown(wait=False) would forget the thread to join
+            pool.shutdown(wait=True)
+            break
+        except KeyboardInterrupt:  # another Ctrl-C while they exit: kill them
+            kill = True
     events.close()
 
 
@@ -229,16 +246,63 @@ class _Worker:
 _worker: _Worker | None = None  # in a pool process: its state
 
 
+@contextlib.contextmanager
+def _workers_born_with_sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread for the block, so the workers it spawns are born with
+    it blocked (:func:`_init_worker` then ignores it and unblocks it); a Ctrl-C meanwhile
+    is held and raised after the block (:func:`deferred_signals`), not lost. Main thread
+    only: elsewhere the block runs unchanged (signal handlers are the main thread's)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with deferred_signals():
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:  # a SIGINT pending meanwhile arrives here, and is held
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _sigterm_handler() -> Callable[[int, FrameType | None], None]:
+    """A worker's SIGTERM handler (a broken pool stops its workers with SIGTERM): the run
+    in progress is interrupted as by Ctrl-C (:func:`terminated_handler`); an idle worker
+    ends as SIGTERM's default would, quietly, instead of a traceback of ``Terminated``
+    raised where it waits for work (no exception: one raised as it takes a run would be
+    sent to the parent as that run's result)."""
+    as_ctrl_c = terminated_handler()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        worker = _worker
+        if worker is not None and not worker.running:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        as_ctrl_c(signum, frame)
+
+    return handler
+
+
 def _init_worker(events: Any, stop: Any, parent_pid: int) -> None:
     import torch
 
     global _worker
     torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, terminated_handler())  # the stop: as Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C pending since birth
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, _sigterm_handler())  # the stop: as Ctrl-C
     _worker = _Worker(events, stop, parent_pid)
     threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
     events.put(("", "pid", os.getpid()))
+
+
+def _failed(run_dir: Path, exc: BaseException) -> str:
+    """Record ``run_dir`` as failed with ``exc`` under its lock (its trainer's, or taken for
+    the write): ``"failed"``, or :data:`IN_USE` if another sweep has taken the run since
+    (nothing written)."""
+    with hold_run(run_dir) as ours:
+        if ours:
+            failed_result(run_dir, spec_of(run_dir), exc)
+    return "failed" if ours else IN_USE
 
 
 def _run_in_worker(run_dir_name: str) -> str:
@@ -275,8 +339,7 @@ def _run_in_worker(run_dir_name: str) -> str:
     except Exception as exc:
         if in_use_error(run_dir, exc) is not None:
             return IN_USE
-        failed_result(run_dir, spec_of(run_dir), exc)
-        return "failed"
+        return _failed(run_dir, exc)
     finally:
         with worker.lock:
             worker.running = False
