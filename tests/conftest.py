@@ -9,6 +9,10 @@ tests queued behind a slow one; with the slow tests first that was slower than n
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -21,3 +25,28 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Progress bars are drawn as in a terminal (under pytest stderr is a capture)."""
     for module in ("epochtrain.trainer.progress", "epochtrain.experiment.progress"):
         monkeypatch.setattr(f"{module}.bars_watched", lambda: True)
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """The pid of a process of this host that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def other_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process of this host that is not this one (a lock's other holder)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def live_pid(other_process: subprocess.Popen[bytes]) -> int:
+    """The pid of :func:`other_process`."""
+    return other_process.pid

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,24 +76,6 @@ def run_python(code: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedP
 
 def hidden(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith("."))
-
-
-@pytest.fixture
-def dead_pid() -> int:
-    """The pid of a process of this host that has ended (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-@pytest.fixture
-def live_pid() -> Iterator[int]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_a_kill_while_the_last_epoch_rotates_leaves_trash_that_resuming_the_finished_run_removes(

@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +25,6 @@ from epochtrain.checkpoint_files import LOCK_FILE, CheckpointLock
 from epochtrain.errors import CheckpointError
 
 ROUNDS, WORKERS = 100, 6
-
-
-@pytest.fixture
-def dead_pid() -> int:
-    """The pid of a process of this host that has ended (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-@pytest.fixture
-def live_pid() -> Iterator[int]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def write_stale(root: Path, pid: int) -> None:

@@ -257,15 +257,6 @@ def test_ctrl_c_of_a_lockstep_sweep_closes_every_open_run_and_raises(
     assert not list(tmp_path.glob("*/result.json"))  # none finished, none marked failed
 
 
-@pytest.fixture
-def other_process() -> Any:
-    """A live process that is not this one: the holder of a run another sweep runs."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
 def hold_lock(run_dir: Path, pid: int) -> str:
     """Write ``run_dir``'s checkpoint lock as process ``pid`` of this host holds it."""
     lock = run_dir / "checkpoints" / ".lock"

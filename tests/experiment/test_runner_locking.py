@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from epochtrain.experiment import grid, run_experiment, runner, runs
 from epochtrain.experiment.prepare import prepare_runs
 from epochtrain.experiment.runs import close_envs, finished_result, open_trainer, timed_epoch
 from tests.experiment.settings import FAST
+from tests.experiment.test_runner import hold_lock
 
 ENVS = ["CartPole-v1"]
 TRY_TO_TAKE = (
@@ -30,23 +29,6 @@ TRY_TO_TAKE = (
 )
 """A second sweep's attempt to take a run, as :class:`CheckpointLock` creates its lock file
 (exit 3: refused; 0: it could have taken the run, and let it go again)."""
-
-
-@pytest.fixture
-def other_process() -> Iterator[subprocess.Popen[bytes]]:
-    """A live process of this host: the holder of another sweep's lock."""
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    yield process
-    process.kill()
-    process.wait()
-
-
-def hold_lock(run_dir: Path, pid: int) -> None:
-    """Write ``run_dir``'s checkpoint lock as process ``pid`` of this host holds it."""
-    lock = run_dir / "checkpoints" / ".lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    record = {"pid": pid, "host": socket.gethostname(), "token": "t", "created": "now"}
-    lock.write_text(json.dumps(record))
 
 
 def lock_holder(run_dir: Path) -> int | None:
