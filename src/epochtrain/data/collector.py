@@ -36,7 +36,6 @@ buffer's newest row of each env and count in no stats.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -51,7 +50,7 @@ from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.env_faults import (
-    F32_SQUARED,
+    array_fits,
     check_finite,
     env_label,
     failed_sub_env,
@@ -240,7 +239,6 @@ class Collector:
         no_extras: dict[str, np.ndarray] = {}
         extras = no_extras
         float_obs = isinstance(obs, np.ndarray) and obs.dtype.kind == "f"
-        wide_obs = float_obs and obs.dtype.itemsize > 4  # stored as float32: may overflow
         dict_obs = isinstance(obs, dict)
         to_env, from_env = self._to_env, self._from_env
         with torch.inference_mode():
@@ -259,21 +257,13 @@ class Collector:
                     obs_next, rew, terminated, truncated, info = env.step(env_act)
                 except Exception as exc:
                     self._env_failed(exc, "step", steps)
-                # One reduction per array: a NaN or inf anywhere makes a sum non-finite. A
-                # float64 array (every reward is one) is stored as float32: its sum of
-                # squares, which cannot cancel, also bounds every value to float32's range.
-                if (
-                    not (np.vdot(rew, rew) < F32_SQUARED)
-                    or (
-                        float_obs
-                        and not (
-                            np.vdot(obs_next, obs_next) < F32_SQUARED
-                            if wide_obs
-                            else math.isfinite(obs_next.sum())
-                        )
-                    )
-                    or (dict_obs and not leaves_fit(obs_next))
-                    or (act.dtype == _FLOAT64 and not (np.vdot(act, act) < F32_SQUARED))
+                # one reduction per array (array_fits): a NaN, an inf or a float64 beyond
+                # float32's range, which the buffer would store as inf, sends it to the check
+                if not (
+                    array_fits(rew)
+                    and (not float_obs or array_fits(obs_next))
+                    and (not dict_obs or leaves_fit(obs_next))
+                    and (act.dtype != _FLOAT64 or array_fits(act))
                 ):
                     check_finite(env, obs_next, rew, steps, act)
                 rows += 1

@@ -23,6 +23,7 @@ from epochtrain.errors import NonFiniteError
 __all__ = [
     "F32_MAX",
     "F32_SQUARED",
+    "array_fits",
     "check_finite",
     "env_label",
     "failed_sub_env",
@@ -87,20 +88,23 @@ def check_finite(
     raise NonFiniteError(message, where=where, env_step=steps)
 
 
+def array_fits(x: np.ndarray) -> bool:
+    """The per-step check of one float array (one reduction): True when it can hold no NaN,
+    inf or, if wider than float32, no value beyond float32's range (its sum of squares is
+    below :data:`F32_SQUARED`); False sends it to :func:`check_finite`."""
+    if x.dtype.itemsize > 4:
+        return bool(np.vdot(x, x) < F32_SQUARED)
+    return math.isfinite(x.sum())
+
+
 def leaves_fit(obs: dict[str, Any]) -> bool:
-    """The per-step check of a dict observation (the collector's, one reduction per float
-    leaf): True when no leaf can hold NaN, inf or a float64 beyond float32's range (see
-    :data:`F32_SQUARED`); False sends it to :func:`check_finite`."""
+    """:func:`array_fits` of every float leaf of a dict observation (nested dicts too)."""
     for leaf in obs.values():
         if isinstance(leaf, dict):
             if not leaves_fit(leaf):
                 return False
-        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
-            if leaf.dtype.itemsize > 4:
-                if not np.vdot(leaf, leaf) < F32_SQUARED:
-                    return False
-            elif not math.isfinite(leaf.sum()):
-                return False
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f" and not array_fits(leaf):
+            return False
     return True
 
 
