@@ -11,6 +11,11 @@ worker receives it; :func:`epochtrain.make_trainer` builds it::
 
 Setting names: a dotted path (``config.lr``, ``trainer.batch_size``, ``buffer.buffer_size``)
 or a bare field name found in exactly one place (``lr``, ``batch_size``, ``seed``).
+
+A setting the run would ignore (``buffer_size`` for an offline algorithm, ``priority_alpha``
+without ``prioritized_replay``: :func:`~epochtrain.spec_data.ignored_settings`) is refused
+when given in code or by a flag, and a warning when read from a file or dict, which may
+have run before: it still loads, and runs as it did.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ import os
 import tomllib
 import types
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
 
-from epochtrain.config import Config, close_matches, param
+from epochtrain.config import Config, check_field_names, close_matches, param
 from epochtrain.data.io import replace_file
 from epochtrain.envs import Backend, env_name, env_spec
 from epochtrain.presets import preset_for
@@ -37,12 +43,16 @@ from epochtrain.spec_data import (
     by_suffix,
     check_top_names,
     collect_by_episodes,
+    ignored_settings,
     left_out_nones,
     read_nones,
+    refuse_ignored,
     replace_section,
+    report_ignored_changes,
     section_of,
     text_or_none,
     toml_value,
+    warn_ignored,
     written_by_to_toml,
 )
 from epochtrain.trainer.params import TrainerParams
@@ -83,13 +93,21 @@ class _FromTuned:
 
 _FROM_TUNED: Any = _FromTuned()
 
+_CHANGING: ContextVar[bool] = ContextVar("epochtrain_spec_changing", default=False)
+"""True while :meth:`RunSpec.with_overrides`, :meth:`RunSpec.replace` or
+:meth:`RunSpec.from_dict` build a spec: they judge its ignored settings themselves (the
+changed ones refused, those read from data a warning), so that a spec file holding one
+still loads and can be changed. Any other construction refuses them all."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class BufferSpec(Config):
-    """The training buffer (online algorithms)."""
+    """The training buffer (online algorithms: an offline one learns from its dataset).
+    The ``priority_*`` settings apply with ``prioritized_replay`` only."""
 
     buffer_size: int | None = param(None, ge=1)
-    """Capacity in transitions (None: the algorithm's default; on-policy: one rollout)."""
+    """Capacity in transitions (None: the algorithm's default; on-policy: one rollout;
+    offline algorithms: leave it None)."""
     prioritized_replay: bool = False
     """Off-policy only: prioritized replay (Schaul et al. 2016, proportional)."""
     priority_alpha: float = param(0.6, ge=0)
@@ -157,7 +175,9 @@ class RunSpec(Config):
         super().__post_init__()
 
     def check(self) -> None:
-        """The algo, env and the kinds of the nested settings must agree."""
+        """The algo, env and the kinds of the nested settings must agree, and no setting
+        may be one the run would ignore (:func:`~epochtrain.spec_data.ignored_settings`;
+        :meth:`with_overrides`, :meth:`replace` and :meth:`from_dict` judge those)."""
         entry = algorithm(self.algo)
         check_env_id(self.env_id)
         if type(self.config) is not entry.config_cls:
@@ -192,6 +212,8 @@ class RunSpec(Config):
                 f"buffer.prioritized_replay=True needs an off-policy algorithm (one that "
                 f"samples minibatches from a replay buffer, such as 'dqn'), got algo={self.algo!r}"
             )
+        if not _CHANGING.get():
+            refuse_ignored(ignored_settings(self))
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -274,7 +296,10 @@ class RunSpec(Config):
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunSpec:
         """A copy with each named setting replaced (names as :meth:`resolve_name` takes them).
 
-        ``algo`` and ``env_id`` cannot be overridden: build a new spec for another run.
+        ``algo`` and ``env_id`` cannot be overridden: build a new spec for another run. A
+        value the run would ignore is refused (``ValueError``); a setting this spec already
+        held (read from a file) passes, and one left ignored by the change of another
+        (``prioritized_replay`` off, ``priority_alpha`` kept) is a ``UserWarning``.
         """
         top: dict[str, Any] = {}
         nested: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
@@ -292,7 +317,17 @@ class RunSpec(Config):
         for section, changes in nested.items():
             if changes:
                 top[section] = replace_section(getattr(self, section), changes)
-        return dataclasses.replace(self, **top)
+        spec = _changed(self, top)
+        report_ignored_changes(self, spec)
+        return spec
+
+    def replace(self, **changes: object) -> RunSpec:
+        """A copy with ``changes`` to top-level fields (a section as a whole); ignored
+        settings are judged as by :meth:`with_overrides`."""
+        check_field_names(type(self), changes)
+        spec = _changed(self, changes)
+        report_ignored_changes(self, spec)
+        return spec
 
     # ------------------------------------------------------------- plain data
     @classmethod
@@ -301,7 +336,14 @@ class RunSpec(Config):
         takes its value in ``RunSpec.tuned(algo, env_id)``, and a table's settings apply over
         the tuned spec's, as the same flags of ``epochtrain train --algo A --env E`` do. A
         spec an earlier :meth:`to_toml` wrote (every table, every top-level setting) left
-        out its Nones: a nullable setting it lacks is None, so it reloads as it ran."""
+        out its Nones: a nullable setting it lacks is None, so it reloads as it ran. A
+        setting the run would ignore is kept, with a ``UserWarning`` naming it: the spec
+        may have run before, and runs as it did."""
+        return cls._from_data(data, "")
+
+    @classmethod
+    def _from_data(cls, data: Mapping[str, Any], where: str) -> RunSpec:
+        """:meth:`from_dict`; ``where`` (``"path: "``) opens its warnings."""
         if not isinstance(data, Mapping):
             raise TypeError(f"RunSpec.from_dict needs a mapping, got {type(data).__name__}")
         for key in ("algo", "env_id"):
@@ -318,7 +360,9 @@ class RunSpec(Config):
         for section in SECTIONS:
             if section in data:
                 values[section] = section_of(base, section, data[section], written)
-        return dataclasses.replace(base, **values)
+        spec = _changed(base, values)
+        warn_ignored(spec, where)
+        return spec
 
     def to_json(self) -> str:
         """The spec as indented JSON."""
@@ -382,9 +426,18 @@ class RunSpec(Config):
         if env_id is not None:
             data = {**data, "env_id": env_id}
         try:
-            return cls.from_dict(data)
+            return cls._from_data(data, f"{source}: ")
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{source}: {exc}") from exc
+
+
+def _changed(spec: RunSpec, changes: Mapping[str, Any]) -> RunSpec:
+    """``dataclasses.replace(spec, **changes)``, its ignored settings left to the caller."""
+    token = _CHANGING.set(True)
+    try:
+        return dataclasses.replace(spec, **changes)
+    finally:
+        _CHANGING.reset(token)
 
 
 def algorithm(name: str) -> Algorithm:

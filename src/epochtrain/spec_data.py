@@ -1,13 +1,16 @@
 """A :class:`~epochtrain.spec.RunSpec` as plain data: reading spec files and dicts (a
-setting left out, ``"none"`` for None, settings in the wrong table or of another algorithm)
-and writing TOML values. :mod:`epochtrain.spec` holds the spec itself."""
+setting left out, ``"none"`` for None, settings in the wrong table or of another algorithm,
+settings the run would ignore) and writing TOML values. :mod:`epochtrain.spec` holds the
+spec itself."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,17 +22,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SECTIONS",
+    "IgnoredSetting",
     "by_suffix",
     "check_section_names",
     "check_top_names",
     "collect_by_episodes",
+    "ignored_settings",
     "left_out_nones",
     "nullable",
     "read_nones",
+    "refuse_ignored",
     "replace_section",
+    "report_ignored_changes",
     "section_of",
     "text_or_none",
     "toml_value",
+    "warn_ignored",
     "written_by_to_toml",
 ]
 
@@ -161,3 +169,109 @@ def by_suffix(path: Path, *, toml: Any, json: Any) -> Any:
     if suffix == ".json":
         return json()
     raise ValueError(f"spec file {os.fspath(path)!r} must end in .toml or .json")
+
+
+# ---------------------------------------------------------------- settings a run ignores
+@dataclass(frozen=True)
+class IgnoredSetting:
+    """A setting of a spec that cannot change its run, as :func:`ignored_settings` finds
+    it: ``name`` dotted (``"buffer.buffer_size"``), its ``value``, ``why`` it does nothing
+    and the ``fix``."""
+
+    name: str
+    value: Any
+    why: str
+    fix: str
+
+    def refusal(self) -> str:
+        """The words of the ``ValueError`` for a setting given in code or by a flag."""
+        return f"{self.name}={self.value!r} has no effect: {self.why}; {self.fix}"
+
+    def in_file(self, where: str = "") -> str:
+        """The words of the warning for a setting read from a spec file or dict."""
+        section, _, field = self.name.partition(".")
+        return (
+            f"{where}{self.name} = {toml_value(self.value)} is ignored, the run is the same "
+            f"without it: {self.why}; drop {field} from [{section}] to silence this warning"
+        )
+
+
+_KIND_WORDS = {"onpolicy": "an on-policy", "offpolicy": "an off-policy", "offline": "an offline"}
+
+
+def ignored_settings(spec: RunSpec) -> list[IgnoredSetting]:
+    """The settings of ``spec`` that its run would ignore; a setting at its class default
+    never counts (``to_toml`` writes every setting; the defaults are always there).
+
+    - an offline algorithm learns from its dataset: ``buffer.buffer_size`` and
+      ``trainer.test_in_train`` (it runs no training episodes) do nothing;
+    - without ``buffer.prioritized_replay`` the ``buffer.priority_*`` settings do nothing.
+    """
+    kind = ALGORITHMS[spec.algo].kind
+    algo = f"{spec.algo!r} is {_KIND_WORDS[kind]} algorithm, which"
+    found: list[IgnoredSetting] = []
+    if kind == "offline" and spec.buffer.buffer_size is not None:
+        why = f"{algo} learns from its dataset, not from a buffer it fills"
+        size = spec.buffer.buffer_size
+        found.append(IgnoredSetting("buffer.buffer_size", size, why, "drop buffer_size"))
+    if kind == "offline" and spec.trainer.test_in_train:
+        why = f"{algo} runs no training episodes whose returns could call for a test"
+        found.append(IgnoredSetting("trainer.test_in_train", True, why, "drop test_in_train"))
+    if spec.buffer.prioritized_replay:
+        return found
+    if kind == "offpolicy":
+        why = f"buffer.prioritized_replay is off, so {spec.algo!r} samples its replay uniformly"
+    elif kind == "onpolicy":
+        why = f"{algo} learns from each fresh rollout, with no replay to prioritize"
+    else:
+        why = f"{algo} samples its dataset uniformly, with no priorities"
+    for f in dataclasses.fields(spec.buffer):
+        value = getattr(spec.buffer, f.name)
+        if f.name.startswith("priority_") and value != f.default:
+            use = "turn prioritized_replay on to use it, or " if kind == "offpolicy" else ""
+            found.append(IgnoredSetting(f"buffer.{f.name}", value, why, f"{use}drop {f.name}"))
+    return found
+
+
+def refuse_ignored(found: list[IgnoredSetting]) -> None:
+    """``ValueError`` naming every setting of ``found`` and its fix, if any."""
+    if found:
+        raise ValueError("; also, ".join(setting.refusal() for setting in found))
+
+
+def warn_ignored(spec: RunSpec, where: str = "") -> None:
+    """A ``UserWarning`` for each setting ``spec`` (read from a file or dict) would ignore:
+    a spec that ran before still loads, and runs as it did."""
+    for setting in ignored_settings(spec):
+        warnings.warn(setting.in_file(where), UserWarning, stacklevel=4)
+
+
+def report_ignored_changes(before: RunSpec, after: RunSpec) -> None:
+    """Check a change of ``before`` into ``after`` (``with_overrides``, ``replace``): a
+    setting it gave a value the run would ignore is refused (``ValueError``); one it made
+    ignored by changing another setting (``prioritized_replay`` turned off) is a
+    ``UserWarning``; one ``before`` already held (read from a file) passes as it is."""
+    held = {s.name: s.value for s in ignored_settings(before)}
+    refused, left_behind = [], []
+    for setting in ignored_settings(after):
+        if setting.name in held and held[setting.name] == setting.value:
+            continue
+        if _setting_value(before, setting.name) != setting.value:
+            refused.append(setting)
+        else:
+            left_behind.append(setting)
+    refuse_ignored(refused)
+    for setting in left_behind:
+        section, _, field = setting.name.partition(".")
+        default = {f.name: f.default for f in dataclasses.fields(getattr(after, section))}[field]
+        warnings.warn(
+            f"{setting.name}={setting.value!r} is ignored from now on: {setting.why}; set "
+            f"{field} to its default {default!r} to silence this warning",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _setting_value(spec: RunSpec, name: str) -> Any:
+    section, _, field = name.partition(".")
+    return getattr(getattr(spec, section), field)
