@@ -15,6 +15,11 @@ microseconds per step. Envs that clip themselves (Pendulum, the MuJoCo envs) see
 transitions as before:
 clipping twice changes nothing. Datasets (:func:`epochtrain.dataset.record_dataset`) store
 the clipped actions, as the env applied them.
+
+The collector checks the policy's actions for NaN and inf before they are mapped
+(:func:`epochtrain.data.env_faults.check_actions`): a clip keeps a NaN, which the env would
+return as NaN observations, and turns an inf into a bound, which the env would accept while
+the buffer stored the inf.
 """
 
 from __future__ import annotations

@@ -12,12 +12,13 @@ Both autoreset modes of ``gymnasium.vector`` are handled, read from
 
 Per-step Python work is O(1) in the number of envs except at episode ends.
 
-Faults: every step's observations and rewards (and float64 actions) are checked for NaN
-and inf, and the float64 ones for values beyond float32's range, which the buffer would
-store as inf, with one vectorised reduction each (a ``NonFiniteError`` names the sub-env);
-an exception in the env's ``step()`` or ``reset()`` closes the env (no worker process is
-left behind) and is re-raised as an ``EnvError`` naming the sub-env and the env id (see
-:mod:`epochtrain.data.env_faults`).
+Faults: every step's float actions are checked for NaN and inf before the env gets them,
+and every step's observations and rewards after it, and the float64 ones for values beyond
+float32's range, which the buffer would store as inf, with one vectorised reduction each (a
+``NonFiniteError`` names the sub-env; a bad action names the policy, not the env, and is
+neither stepped on nor stored); an exception in the env's ``step()`` or ``reset()`` closes
+the env (no worker process is left behind) and is re-raised as an ``EnvError`` naming the
+sub-env and the env id (see :mod:`epochtrain.data.env_faults`).
 
 The policy's actions reach the env through :func:`~epochtrain.data.actions.env_action_map`
 (clipped to a bounded Box, shifted to a ``Discrete``'s ``start``); the buffer keeps the
@@ -50,7 +51,9 @@ from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.env_faults import (
+    actions_fit,
     array_fits,
+    check_actions,
     check_finite,
     env_label,
     failed_sub_env,
@@ -65,8 +68,6 @@ __all__ = ["Actor", "Collector", "ObsTransform"]
 
 LONG_EPISODE = 100_000
 """Steps after which an episode that ``collect`` waits for draws a warning (once)."""
-
-_FLOAT64 = np.dtype(np.float64)
 
 ObsTransform = Callable[[np.ndarray, bool], np.ndarray]
 """``transform(obs, update) -> obs``: maps a batch of observations (``update``: new data)."""
@@ -253,6 +254,10 @@ class Collector:
                         {k: v.cpu().numpy() for k, v in extras_t.items()} if extras_t else no_extras
                     )
                     env_act = act if to_env is None else to_env(act)
+                # one reduction (actions_fit), before the env gets them: a NaN the policy
+                # chose would come back as NaN observations, blamed on the env
+                if act.dtype.kind == "f" and not actions_fit(act):
+                    check_actions(env, act, steps, None if random else policy)
                 try:
                     obs_next, rew, terminated, truncated, info = env.step(env_act)
                 except Exception as exc:
@@ -263,9 +268,8 @@ class Collector:
                     array_fits(rew)
                     and (not float_obs or array_fits(obs_next))
                     and (not dict_obs or leaves_fit(obs_next))
-                    and (act.dtype != _FLOAT64 or array_fits(act))
                 ):
-                    check_finite(env, obs_next, rew, steps, act)
+                    check_finite(env, obs_next, rew, steps)
                 rows += 1
                 if transform is not None:
                     obs_next = transform(obs_next, True)

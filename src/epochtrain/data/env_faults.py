@@ -1,11 +1,13 @@
 """Env faults: find the sub-env behind a non-finite value or an exception, and stop workers.
 
 A non-finite value is NaN or inf, or a finite float64 beyond float32's range: the replay
-buffer stores it as float32, where it is inf (:data:`F32_MAX`). The
-:class:`~epochtrain.data.collector.Collector` calls these only once something went wrong (a
-per-step reduction was not below its bound, ``step()``/``reset()``/``close()`` raised), so
-none of them is on its per-step path, but :func:`leaves_fit`, that reduction for dict
-observations.
+buffer stores it as float32, where it is inf (:data:`F32_MAX`). The env's data (observations,
+rewards) is checked after each step; the actions before the env gets them, so that a NaN
+the policy chose is blamed on the policy (:func:`check_actions`), not on the env it would
+have made return NaN. The :class:`~epochtrain.data.collector.Collector` calls these only once
+something went wrong (a per-step reduction was not below its bound, ``step()``/``reset()``/
+``close()`` raised), so none of them is on its per-step path, but those reductions:
+:func:`array_fits`, :func:`leaves_fit` for dict observations and :func:`actions_fit`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from epochtrain.data.env_snapshots import env_levels
 from epochtrain.errors import NonFiniteError
@@ -23,11 +26,14 @@ from epochtrain.errors import NonFiniteError
 __all__ = [
     "F32_MAX",
     "F32_SQUARED",
+    "actions_fit",
     "array_fits",
+    "check_actions",
     "check_finite",
     "env_label",
     "failed_sub_env",
     "leaves_fit",
+    "nonfinite_tensor",
     "terminate_workers",
 ]
 
@@ -47,18 +53,15 @@ _FIXES = {
 }
 
 
-def check_finite(
-    env: Any, obs: Any, rew: np.ndarray | None, steps: int, act: np.ndarray | None = None
-) -> None:
-    """Raise ``NonFiniteError`` naming the first sub-env whose observation, reward or action
-    is NaN or inf, or finite but beyond float32's range (it would be inf once stored: see
+def check_finite(env: Any, obs: Any, rew: np.ndarray | None, steps: int) -> None:
+    """Raise ``NonFiniteError`` naming the first sub-env whose observation or reward is NaN
+    or inf, or finite but beyond float32's range (it would be inf once stored: see
     :data:`F32_MAX`). Run only when the cheap per-step reduction was not below its bound."""
     leaves = [obs] if not isinstance(obs, dict) else _float_leaves(obs)
     n = len(rew) if rew is not None else len(leaves[0])
     found: dict[str, tuple[np.ndarray, np.ndarray]] = {
         "observation": _bad_rows([leaf for leaf in leaves if isinstance(leaf, np.ndarray)], n),
         "reward": _bad_rows([] if rew is None else [np.asarray(rew, dtype=np.float64)], n),
-        "action": _bad_rows([] if act is None else [act], n),
     }
     bad = np.zeros(n, dtype=bool)
     for nonfinite, overflow in found.values():
@@ -67,7 +70,7 @@ def check_finite(
         return  # large finite values whose reduction overflowed
     i = int(np.flatnonzero(bad)[0])
     what = next(k for k, (nonfinite, overflow) in found.items() if nonfinite[i] or overflow[i])
-    source = {"observation": obs, "reward": rew, "action": act}[what]
+    source = obs if what == "observation" else rew
     value = repr(_row(source, i))
     env_id = env_label(env, i)
     where = f"{what} of sub-env {i} of {env_id!r}"
@@ -95,6 +98,87 @@ def array_fits(x: np.ndarray) -> bool:
     if x.dtype.itemsize > 4:
         return bool(np.vdot(x, x) < F32_SQUARED)
     return math.isfinite(x.sum())
+
+
+def actions_fit(act: np.ndarray) -> bool:
+    """The per-step check of a batch of float actions, before the env gets them: True when
+    none can be NaN, inf or (float64) beyond float32's range. One action (one env, one
+    dimension: Pendulum) is read as a Python float, no numpy call; a batch is one reduction,
+    :func:`array_fits`, but a float32 batch's sum of squares (``np.vdot``, half the time of
+    ``sum`` on a few values) must be finite: squares overflow for an action beyond about
+    1.8e19, which :func:`check_actions` then lets pass."""
+    if act.size == 1:
+        value: float = act.item()
+        return abs(value) <= F32_MAX  # False for NaN and inf too
+    if act.dtype.itemsize == 4:
+        return math.isfinite(np.vdot(act, act))
+    return array_fits(act)
+
+
+def check_actions(env: Any, act: np.ndarray, steps: int, policy: object | None) -> None:
+    """Raise ``NonFiniteError`` naming the first sub-env whose action is NaN or inf, or finite
+    but beyond float32's range in a float64 batch, before the env steps on it: ``policy``'s
+    actions, or the random warm-up's (``policy=None``: sampled from the env's action space).
+
+    A policy's bad action is blamed on the policy, with the likely cause: its first
+    non-finite weight (a gradient step wrote it, though its loss was finite), or else its
+    ``act``. Run only when :func:`actions_fit` was False."""
+    nonfinite, overflow = _bad_rows([act], len(act))
+    if not (nonfinite | overflow).any():
+        return  # large finite actions whose squares overflowed
+    i = int(np.flatnonzero(nonfinite | overflow)[0])
+    where = f"action of sub-env {i} of {env_label(env, i)!r}"
+    value = repr(act[i])
+    if policy is None:
+        chose = f"the {where}, sampled from the env's action space for the random warm-up,"
+        fix = f"scale or clip the env's actions into float32's range (e.g. {_FIXES['action']})"
+    else:
+        chose = f"the {where}, chosen by the policy ({type(policy).__name__}),"
+        fix = "scale the policy's actions into float32's range (or return float32 actions)"
+    if nonfinite[i]:
+        cause = "check the env's action space" if policy is None else _policy_at_fault(policy)
+        message = f"{chose} is not finite (action {value}): {cause}"
+    else:
+        message = (
+            f"{chose} is {value}: finite, but it overflows the replay buffer's float32 "
+            f"storage (beyond +-{F32_MAX:.4g}, it would be stored as inf and make every "
+            f"loss learned from it inf); {fix}"
+        )
+    raise NonFiniteError(
+        f"{message} (the action was neither sent to the env nor stored, after {steps} env "
+        "steps of this collect step)",
+        where=where,
+        env_step=steps,
+    )
+
+
+def _policy_at_fault(policy: object) -> str:
+    """Why a policy chose a NaN or inf action, as far as its weights tell."""
+    name = type(policy).__name__
+    if not isinstance(policy, torch.nn.Module):
+        return f"the policy is at fault, not the env: fix {name}.act"
+    bad = nonfinite_tensor(policy)
+    if bad is None:
+        return (
+            f"the policy is at fault, not the env; its weights are finite, so {name}.act made "
+            "it (a log or a division of 0, a standard deviation of 0 or inf): fix act"
+        )
+    return (
+        f"the policy is at fault, not the env; its weight {bad!r} holds NaN or inf, written "
+        "by a gradient step whose loss and gradient norm were finite (only those are "
+        "checked) or by a hook: resume from the last good checkpoint, e.g. with a lower "
+        "learning rate"
+    )
+
+
+def nonfinite_tensor(module: torch.nn.Module) -> str | None:
+    """The name of ``module``'s first float parameter or buffer holding NaN or inf, or None.
+    A full scan: for fault messages only, never per step."""
+    tensors = [*module.named_parameters(), *module.named_buffers()]
+    return next(
+        (k for k, t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all())),
+        None,
+    )
 
 
 def leaves_fit(obs: dict[str, Any]) -> bool:

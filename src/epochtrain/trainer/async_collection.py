@@ -8,9 +8,11 @@ Contract (``docs/async-collection.md``), for an epoch of N collect steps:
   k-1), collect k+1 starts in the worker thread on it, update k's gradient steps run in
   the main thread on the buffer (data up to collect k), then the thread is joined and
   collect k+1's rows are added to the buffer, counted, logged and checked (``on_nonfinite``,
-  env errors, ``test_in_train``) in the main thread. The last training step of an epoch
-  starts no collect: nothing is in flight between epochs, so tests, checkpoints and
-  resumes work as in synchronous training.
+  env errors, ``test_in_train``) in the main thread; the actor copy's actions are checked
+  in the worker before the env gets them, as in synchronous collection (weights the
+  learner left non-finite stop the run naming the weight, not the env). The last training
+  step of an epoch starts no collect: nothing is in flight between epochs, so tests,
+  checkpoints and resumes work as in synchronous training.
 * Every training collect acts with the actor copy (a copy of the policy without
   optimizers, acting in inference mode) whose exploration draws from its own generator
   (``Policy.act_generator``), seeded from the run's seed and saved in checkpoints; the

@@ -31,6 +31,7 @@ import torch
 
 from epochtrain.data.buffer import BufferMark, ReplayBuffer
 from epochtrain.data.collector import Collector
+from epochtrain.data.env_faults import nonfinite_tensor
 from epochtrain.errors import LAST_CHECKPOINT_NOTE, EnvError, NonFiniteError
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ def last_checkpoint_text(trainer: BaseTrainer[Any]) -> str:
 def on_nonfinite(trainer: BaseTrainer[Any], exc: NonFiniteError, step: str) -> None:
     """Apply ``trainer.params.on_nonfinite`` to ``exc`` (``step`` says where it happened)."""
     message = (
-        f"{exc} at {step} (epoch {trainer.state.epoch}); the weights are unchanged and "
-        f"finite; {last_checkpoint_text(trainer)}"
+        f"{exc} at {step} (epoch {trainer.state.epoch}); {_weights_text(trainer)}; "
+        f"{last_checkpoint_text(trainer)}"
     )
     if trainer.params.on_nonfinite == "raise":
         # env data (it has an env step) cannot be skipped: "skip" stops there as "stop" does
@@ -70,6 +71,19 @@ def on_nonfinite(trainer: BaseTrainer[Any], exc: NonFiniteError, step: str) -> N
         ) from exc
     trainer.nonfinite_message = message
     trainer.request_stop("nonfinite")
+
+
+def _weights_text(trainer: BaseTrainer[Any]) -> str:
+    """What a fault message says of the weights: unchanged and finite (the failed step was
+    not applied), unless a gradient step whose loss was finite, or a hook, left a NaN or inf
+    in one (scanned here, on the fault path only): then its name and the last gradient step."""
+    bad = nonfinite_tensor(trainer.policy)
+    if bad is None:
+        return "the weights are unchanged and finite"
+    return (
+        f"the policy's tensor {bad!r} already holds NaN or inf (the last gradient step was "
+        f"{trainer.state.gradient_step})"
+    )
 
 
 def note_last_checkpoint(trainer: BaseTrainer[Any], exc: BaseException) -> None:
