@@ -353,6 +353,20 @@ def test_a_search_space_naming_an_unknown_setting_is_one_line_naming_close_match
         param_space(PPO, {"env_id": "Acrobot-v1"})
 
 
+def test_a_trial_whose_search_space_leaves_a_setting_ignored_runs_with_a_warning() -> None:
+    """A search space crosses settings, so some trials leave one ignored (``alpha_lr`` with
+    ``auto_alpha`` off); such a trial warns and builds, where a spec built in code is refused."""
+    from epochtrain.ray import spec_from_config
+
+    sac = RunSpec.tuned("sac", "Pendulum-v1")
+    config = {"spec": sac.to_dict(), "auto_alpha": False, "alpha_lr": 1e-3}
+    with pytest.warns(UserWarning, match=r"search space: config\.alpha_lr = 0\.001 is ignored"):
+        spec = spec_from_config(config)
+    assert spec.config.alpha_lr == 1e-3 and not spec.config.auto_alpha
+    with pytest.raises(ValueError, match=r"alpha_lr=0\.001 has no effect: auto_alpha is off"):
+        sac.with_overrides({"auto_alpha": False, "alpha_lr": 1e-3})
+
+
 def _sweep(tmp_path: Path, *extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_sweep_parser(parser.add_subparsers())

@@ -15,34 +15,56 @@ cross-field rules of :meth:`Config.check`: a bad value is a ``ValueError`` (``Ty
 for a wrong type) naming the class, the field, the value, what is allowed and the fix.
 A float must be finite (NaN is never allowed); ``param(..., allow_inf=True)`` admits
 ``inf`` where it has a meaning, such as "no clipping".
+
+A setting its algorithm would ignore (``alpha_lr`` with ``auto_alpha`` off: a config's
+:meth:`Config.ignored_settings`) is refused too, naming the setting that turns it off; a
+setting of one kind of actions only is declared so (``param(..., actions="box")``) and
+judged where the action space is known (:meth:`Config.ignored_for`, a
+:class:`~epochtrain.spec.RunSpec`). Within :func:`keeping_ignored` (reading a saved spec)
+such settings are kept, for the caller to judge.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import difflib
 import inspect
 import itertools
+import json
 import math
 import os
 import textwrap
 import types
 import typing
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 __all__ = [
     "OTHER_LIBRARY_NAMES",
+    "ActionKind",
     "Config",
     "FieldInfo",
+    "IgnoredSetting",
+    "action_settings",
     "check_field_names",
     "close_matches",
     "describe",
     "field_docs",
     "fields_info",
+    "keeping_ignored",
+    "keeps_ignored",
     "param",
+    "refuse_ignored",
+    "report_ignored_changes",
+    "toml_value",
     "validate",
 ]
 
@@ -50,6 +72,11 @@ T = TypeVar("T")
 TConfig = TypeVar("TConfig", bound="Config")
 
 _RANGE = "epochtrain.range"
+_ACTIONS = "epochtrain.actions"
+
+ActionKind = Literal["box", "discrete"]
+"""The actions a setting applies to alone: ``"box"`` (Gaussian, continuous) or
+``"discrete"``."""
 
 
 @dataclass(frozen=True)
@@ -89,14 +116,20 @@ def param(
     le: float | None = None,
     lt: float | None = None,
     allow_inf: bool = False,
+    actions: ActionKind | None = None,
 ) -> T:
     """A field default with its allowed range (bounds apply to numbers, and to each element
     of a tuple of numbers; ``None`` is allowed when the type says ``| None``).
 
     A float must be finite unless ``allow_inf`` (for a value where ``inf`` means something,
-    such as a clip that is off); NaN is always rejected."""
+    such as a clip that is off); NaN is always rejected. ``actions`` declares a setting
+    that only applies to Box (``"box"``) or Discrete (``"discrete"``) actions: under the
+    other kind it is ignored (:meth:`Config.ignored_for`)."""
     rng = _Range(ge=ge, gt=gt, le=le, lt=lt, allow_inf=allow_inf)
-    field: T = dataclasses.field(default=default, metadata={_RANGE: rng})
+    metadata: dict[str, Any] = {_RANGE: rng}
+    if actions is not None:
+        metadata[_ACTIONS] = actions
+    field: T = dataclasses.field(default=default, metadata=metadata)
     return field
 
 
@@ -361,6 +394,115 @@ def validate(config: Config) -> None:
             object.__setattr__(config, f.name, coerced)
 
 
+# ---------------------------------------------------------------- settings a run ignores
+@dataclass(frozen=True)
+class IgnoredSetting:
+    """A setting that cannot change its run, as :meth:`Config.ignored_settings` finds it:
+    ``name`` (a field, or a dotted path in a spec: ``"buffer.buffer_size"``), its
+    ``value``, ``why`` it does nothing and the ``fix``."""
+
+    name: str
+    value: Any
+    why: str
+    fix: str
+
+    def refusal(self, owner: str = "") -> str:
+        """The words of the ``ValueError`` for a setting given in code or by a flag;
+        ``owner`` (``"SACConfig."``) opens its name."""
+        return f"{owner}{self.name}={self.value!r} has no effect: {self.why}; {self.fix}"
+
+    def in_file(self, where: str = "") -> str:
+        """The words of the warning for a setting read from a spec file or dict."""
+        section, _, field = self.name.rpartition(".")
+        table = f" from [{section}]" if section else ""
+        return (
+            f"{where}{self.name} = {toml_value(self.value)} is ignored, the run is the same "
+            f"without it: {self.why}; drop {field}{table} to silence this warning"
+        )
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML literal (None as ``"none"``: TOML has no null)."""
+    if value is None:
+        return '"none"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+_KEEPING: ContextVar[bool] = ContextVar("epochtrain_keeping_ignored", default=False)
+
+
+@contextlib.contextmanager
+def keeping_ignored() -> Iterator[None]:
+    """Within it, a :class:`Config` built keeps the settings it would ignore instead of
+    refusing them: its caller judges them, as reading a saved spec does (a warning: the
+    spec may have run before) and a change of a spec does (the changed ones refused)."""
+    token = _KEEPING.set(True)
+    try:
+        yield
+    finally:
+        _KEEPING.reset(token)
+
+
+def keeps_ignored() -> bool:
+    """True within :func:`keeping_ignored`."""
+    return _KEEPING.get()
+
+
+def refuse_ignored(found: list[IgnoredSetting], owner: str = "") -> None:
+    """``ValueError`` naming every setting of ``found`` and its fix, if any."""
+    if found:
+        raise ValueError("; also, ".join(setting.refusal(owner) for setting in found))
+
+
+def _value_at(obj: object, name: str) -> Any:
+    """The value of the setting ``name`` (a field, or a dotted path) of ``obj``."""
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _default_at(config: Config, name: str) -> Any:
+    """The class default of the setting ``name`` (as :func:`_value_at` finds it)."""
+    owner, _, field = name.rpartition(".")
+    holder: Config = _value_at(config, owner) if owner else config
+    return {f.name: f.default for f in dataclasses.fields(holder)}[field]
+
+
+def report_ignored_changes(before: Config, after: Config, owner: str = "") -> None:
+    """Judge a change of ``before`` into ``after`` (``replace``, ``with_overrides``): a
+    setting it gave a value the run would ignore is refused (``ValueError``); one it made
+    ignored by changing another setting (``auto_alpha`` or ``prioritized_replay`` turned
+    off) is a ``UserWarning``; one ``before`` already held (read from a file) passes as it
+    is. ``owner`` (``"SACConfig."``) opens the names in the words."""
+    held = {s.name: s.value for s in before.ignored_settings()}
+    refused, left_behind = [], []
+    for setting in after.ignored_settings():
+        if setting.name in held and held[setting.name] == setting.value:
+            continue
+        if _value_at(before, setting.name) != setting.value:
+            refused.append(setting)
+        else:
+            left_behind.append(setting)
+    refuse_ignored(refused, owner)
+    for setting in left_behind:
+        field = setting.name.rpartition(".")[2]
+        default = _default_at(after, setting.name)
+        warnings.warn(
+            f"{owner}{setting.name}={setting.value!r} is ignored from now on: {setting.why}; "
+            f"set {field} to its default {default!r} to silence this warning",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """Base of the settings dataclasses: validated on construction, plain-data round trip."""
@@ -370,12 +512,63 @@ class Config:
         self.check()
 
     def check(self) -> None:
-        """Cross-field rules; subclasses extend it (call ``super().check()``)."""
+        """Cross-field rules; subclasses extend it (call ``super().check()``). Here: a
+        setting of :meth:`ignored_settings` is refused, unless within
+        :func:`keeping_ignored`."""
+        if not keeps_ignored():
+            refuse_ignored(self.ignored_settings(), f"{type(self).__name__}.")
+
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """The settings this config's algorithm would ignore under its other settings
+        (``alpha_lr`` with ``auto_alpha`` off), whatever the env; a setting at its class
+        default never counts. Subclasses extend it (:meth:`ignored_if_set`)."""
+        return []
+
+    def ignored_if_set(self, name: str, why: str, fix: str) -> list[IgnoredSetting]:
+        """``[IgnoredSetting(name, value, why, fix)]`` when setting ``name`` is away from
+        its class default, else ``[]``: the building block of :meth:`ignored_settings`."""
+        value = getattr(self, name)
+        if value == _default_at(self, name):
+            return []
+        return [IgnoredSetting(name, value, why, fix)]
+
+    def ignored_for(
+        self, action_space: gym.Space[Any], *, env_id: str | None = None
+    ) -> list[IgnoredSetting]:
+        """The settings declared for one kind of actions (``param(..., actions="box")``),
+        away from their defaults, that ``action_space`` (of the env ``env_id``, for the
+        words) is not of; those :meth:`ignored_settings` lists already are left out."""
+        import gymnasium as gym
+
+        if isinstance(action_space, gym.spaces.Discrete):
+            actual: ActionKind = "discrete"
+        elif isinstance(action_space, gym.spaces.Box):
+            actual = "box"
+        else:  # no built-in policy acts on it: building the policy says so
+            return []
+        named = {s.name for s in self.ignored_settings()}
+        found = []
+        for name, kind in action_settings(self).items():
+            if kind == actual or name in named:
+                continue
+            words = "Box (continuous)" if kind == "box" else "Discrete"
+            whose = "the actions" if env_id is None else f"the actions of {env_id}"
+            why = f"it applies to {words} actions only, and {whose} are {action_space}"
+            found += self.ignored_if_set(name, why, f"drop {name}")
+        return found
 
     def replace(self: TConfig, **changes: object) -> TConfig:
-        """A copy with ``changes``; an unknown name is a ``TypeError`` naming close matches."""
+        """A copy with ``changes``; an unknown name is a ``TypeError`` naming close matches.
+
+        A changed setting the run would ignore is refused; one left ignored by the change
+        of another (``auto_alpha`` off, ``alpha_lr`` kept) is a ``UserWarning``; one this
+        config held already (read from a file) passes (:func:`report_ignored_changes`)."""
         check_field_names(type(self), changes)
-        return dataclasses.replace(self, **changes)
+        with keeping_ignored():
+            changed = dataclasses.replace(self, **changes)
+        if not keeps_ignored():  # else the caller judges the whole (a spec's change)
+            report_ignored_changes(self, changed, f"{type(self).__name__}.")
+        return changed
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data (nested configs as dicts, tuples as lists)."""
@@ -394,3 +587,14 @@ class Config:
             raise TypeError(f"{cls.__name__}.from_dict needs a mapping, got {data!r}")
         check_field_names(cls, data)
         return cls(**data)
+
+
+def action_settings(config: Config) -> dict[str, ActionKind]:
+    """``{name: kind}`` of the settings of ``config`` declared for one kind of actions
+    (``param(..., actions=...)``) and away from their defaults: those
+    :meth:`Config.ignored_for` needs the action space to judge."""
+    return {
+        f.name: f.metadata[_ACTIONS]
+        for f in dataclasses.fields(config)
+        if _ACTIONS in f.metadata and getattr(config, f.name) != f.default
+    }

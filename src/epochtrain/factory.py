@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from epochtrain.algorithms import Policy
+from epochtrain.config import keeping_ignored
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.data.buffer import rollout_rows
 from epochtrain.data.buffer_storage import check_spaces_memory
@@ -88,7 +89,7 @@ def make_trainer(
     num_test_envs = min(spec.num_test_envs, params.episode_per_test)
     envs = [make_envs(spec.env_id, num_test_envs, backend=spec.env_backend)]
     try:  # a refused setting leaves no env (nor env process) behind
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), keeping_ignored():  # the spec judged them
             torch.manual_seed(spec.seed)
             policy = entry.policy_cls(
                 envs[0].single_observation_space,
@@ -156,7 +157,7 @@ def check_spec(spec: RunSpec) -> None:
             raise FileNotFoundError(f"dataset {dataset!r} of {spec.run_id} is not a file")
     envs = make_envs(spec.env_id, 1)
     try:
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), keeping_ignored():  # the spec judged them
             spec.entry.policy_cls(
                 envs.single_observation_space,
                 envs.single_action_space,

@@ -40,6 +40,7 @@ from ray.tune.result import SHOULD_CHECKPOINT  # noqa: E402
 
 from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
+from epochtrain.config import keeping_ignored  # noqa: E402
 from epochtrain.envs import seed_spaces  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
     CHECKPOINTS,
@@ -61,6 +62,7 @@ from epochtrain.logger.base import (  # noqa: E402
     training_stats_to_tags,
 )
 from epochtrain.spec import RunSpec  # noqa: E402
+from epochtrain.spec_data import warn_ignored  # noqa: E402
 from epochtrain.stats import EpochStats  # noqa: E402
 
 __all__ = [
@@ -116,7 +118,12 @@ def spec_from_config(config: Mapping[str, Any]) -> RunSpec:
     overrides = {k: v for k, v in config.items() if k != SPEC_KEY}
     for name in overrides:
         _check_setting(spec, name)
-    return spec.with_overrides(overrides)
+    # a search space crosses settings (auto_alpha and alpha_lr), and a PBT mutation changes
+    # one alone: a combination that leaves a setting ignored is a warning, not a failed trial
+    with keeping_ignored():
+        changed = spec.with_overrides(overrides)
+    warn_ignored(changed, "search space: ")
+    return changed
 
 
 def epoch_result(stats: EpochStats[Any]) -> dict[str, float]:

@@ -13,9 +13,10 @@ Setting names: a dotted path (``config.lr``, ``trainer.batch_size``, ``buffer.bu
 or a bare field name found in exactly one place (``lr``, ``batch_size``, ``seed``).
 
 A setting the run would ignore (``buffer_size`` for an offline algorithm, ``priority_alpha``
-without ``prioritized_replay``: :func:`~epochtrain.spec_data.ignored_settings`) is refused
-when given in code or by a flag, and a warning when read from a file or dict, which may
-have run before: it still loads, and runs as it did.
+without ``prioritized_replay``, ``alpha_lr`` with ``auto_alpha`` off, ``log_std_init`` for
+Discrete actions: :func:`~epochtrain.spec_data.ignored_settings`) is refused when given in
+code or by a flag, and a warning when read from a file or dict, which may have run before:
+it still loads, and runs as it did.
 """
 
 from __future__ import annotations
@@ -26,14 +27,21 @@ import os
 import tomllib
 import types
 from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
 
-from epochtrain.config import Config, check_field_names, close_matches, param
+from epochtrain.config import (
+    Config,
+    IgnoredSetting,
+    check_field_names,
+    close_matches,
+    keeping_ignored,
+    keeps_ignored,
+    param,
+)
 from epochtrain.data.io import replace_file
 from epochtrain.envs import Backend, env_name, env_spec
 from epochtrain.presets import preset_for
@@ -92,12 +100,6 @@ class _FromTuned:
 
 
 _FROM_TUNED: Any = _FromTuned()
-
-_CHANGING: ContextVar[bool] = ContextVar("epochtrain_spec_changing", default=False)
-"""True while :meth:`RunSpec.with_overrides`, :meth:`RunSpec.replace` or
-:meth:`RunSpec.from_dict` build a spec: they judge its ignored settings themselves (the
-changed ones refused, those read from data a warning), so that a spec file holding one
-still loads and can be changed. Any other construction refuses them all."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,8 +178,10 @@ class RunSpec(Config):
 
     def check(self) -> None:
         """The algo, env and the kinds of the nested settings must agree, and no setting
-        may be one the run would ignore (:func:`~epochtrain.spec_data.ignored_settings`;
-        :meth:`with_overrides`, :meth:`replace` and :meth:`from_dict` judge those)."""
+        may be one the run would ignore (:meth:`ignored_settings`). :meth:`with_overrides`,
+        :meth:`replace` and :meth:`from_dict` judge those themselves (the changed ones
+        refused, those read from data a warning: :func:`~epochtrain.config.keeping_ignored`),
+        so that a spec file holding one still loads and can be changed."""
         entry = algorithm(self.algo)
         check_env_id(self.env_id)
         if type(self.config) is not entry.config_cls:
@@ -212,8 +216,13 @@ class RunSpec(Config):
                 f"buffer.prioritized_replay=True needs an off-policy algorithm (one that "
                 f"samples minibatches from a replay buffer, such as 'dqn'), got algo={self.algo!r}"
             )
-        if not _CHANGING.get():
-            refuse_ignored(ignored_settings(self))
+        if not keeps_ignored():
+            refuse_ignored(self.ignored_settings())
+
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """The settings this run would ignore, as dotted names
+        (:func:`epochtrain.spec_data.ignored_settings`)."""
+        return ignored_settings(self)
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -314,11 +323,13 @@ class RunSpec(Config):
             else:
                 nested[section][field] = value
         collect_by_episodes(nested["trainer"])
-        for section, changes in nested.items():
-            if changes:
-                top[section] = replace_section(getattr(self, section), changes)
+        with keeping_ignored():  # judged below, on the whole spec
+            for section, changes in nested.items():
+                if changes:
+                    top[section] = replace_section(getattr(self, section), changes)
         spec = _changed(self, top)
-        report_ignored_changes(self, spec)
+        if not keeps_ignored():  # else the caller judges them (a Tune trial's config)
+            report_ignored_changes(self, spec)
         return spec
 
     def replace(self, **changes: object) -> RunSpec:
@@ -357,9 +368,10 @@ class RunSpec(Config):
         values = read_nones(cls, {k: v for k, v in data.items() if k not in SECTIONS})
         if written:
             values = {**left_out_nones(cls, data), **values}
-        for section in SECTIONS:
-            if section in data:
-                values[section] = section_of(base, section, data[section], written)
+        with keeping_ignored():  # a warning each, below
+            for section in SECTIONS:
+                if section in data:
+                    values[section] = section_of(base, section, data[section], written)
         spec = _changed(base, values)
         warn_ignored(spec, where)
         return spec
@@ -433,11 +445,8 @@ class RunSpec(Config):
 
 def _changed(spec: RunSpec, changes: Mapping[str, Any]) -> RunSpec:
     """``dataclasses.replace(spec, **changes)``, its ignored settings left to the caller."""
-    token = _CHANGING.set(True)
-    try:
+    with keeping_ignored():
         return dataclasses.replace(spec, **changes)
-    finally:
-        _CHANGING.reset(token)
 
 
 def algorithm(name: str) -> Algorithm:

@@ -148,7 +148,7 @@ class ActorCriticConfig(Config):
     """Hidden layer sizes of the actor and critic MLPs."""
     lr_anneal_steps: int | None = param(None, ge=1)
     """Decay the learning rate linearly to 0 over this many env steps (None: constant)."""
-    log_std_init: float = param(0.0, ge=-20, le=20)
+    log_std_init: float = param(0.0, ge=-20, le=20, actions="box")
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
 
 

@@ -19,7 +19,7 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from epochtrain.config import Config
+from epochtrain.config import Config, keeps_ignored, refuse_ignored
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.errors import NonFiniteError
 from epochtrain.nets import SoftUpdate, check_has_elements
@@ -251,6 +251,8 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
     ) -> None:
         check_has_elements(observation_space, "observation_space")
         check_has_elements(action_space, "action_space")
+        if config is not None and not keeps_ignored():  # a spec judged them already
+            refuse_ignored(config.ignored_for(action_space), f"{type(config).__name__}.")
         super().__init__()
         self.config = config if config is not None else Config()
         """The algorithm's settings (read-only)."""

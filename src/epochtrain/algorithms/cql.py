@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from epochtrain.algorithms.base import TrainerKind, resolve_config
 from epochtrain.algorithms.sac import SACBase, SACConfig, SACTrainingStats
-from epochtrain.config import param
+from epochtrain.config import IgnoredSetting, param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 
@@ -64,12 +64,23 @@ class CQLConfig(SACConfig):
     """Adam learning rate of the temperature."""
     cql_alpha: float = param(5.0, ge=0)
     """Weight of the conservative penalty."""
-    n_action_samples: int = param(10, ge=1)
-    """Actions sampled of each kind (uniform, current policy, next policy) per state."""
+    n_action_samples: int = param(10, ge=1, actions="box")
+    """Box actions: actions sampled of each kind (uniform, current policy, next policy) per
+    state (Discrete actions: the log-sum-exp is exact)."""
     lagrange_threshold: float | None = None
     """Lagrange variant: the penalty target (None: fixed weight cql_alpha)."""
     cql_weight_lr: float = param(1e-4, gt=0)
-    """Adam learning rate of the Lagrange multiplier."""
+    """Adam learning rate of the Lagrange multiplier (with lagrange_threshold)."""
+
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """SAC's, and ``cql_weight_lr`` without ``lagrange_threshold``."""
+        found = super().ignored_settings()
+        if self.lagrange_threshold is None:
+            why = "lagrange_threshold is None, so the penalty's weight is cql_alpha, with no "
+            why += "Lagrange multiplier to train"
+            fix = "set lagrange_threshold to use it, or drop cql_weight_lr"
+            found += self.ignored_if_set("cql_weight_lr", why, fix)
+        return found
 
 
 class CQL(SACBase[CQLTrainingStats]):

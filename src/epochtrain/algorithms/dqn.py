@@ -42,7 +42,7 @@ from epochtrain.algorithms.base import (
     resolve_config,
     row_means,
 )
-from epochtrain.config import Config, param
+from epochtrain.config import Config, IgnoredSetting, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.prioritized import PrioritizedReplayBuffer
@@ -124,6 +124,25 @@ class DQNConfig(Config):
     lr_anneal_steps: int | None = param(None, ge=1)
     """Decay the learning rate linearly to 0 over this many env steps (None: constant)."""
 
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """``epsilon_start`` without decay steps, ``epsilon_decay_steps`` between equal
+        ends, ``double_q`` when the target network is the online one at every step."""
+        found = super().ignored_settings()
+        if self.epsilon_decay_steps == 0:
+            why = "epsilon_decay_steps is 0, so epsilon is epsilon_end from the first step"
+            fix = "give epsilon_decay_steps to decay from it, or drop epsilon_start"
+            found += self.ignored_if_set("epsilon_start", why, fix)
+        elif self.epsilon_start == self.epsilon_end:
+            why = f"epsilon_start and epsilon_end are both {self.epsilon_end!r}: nothing decays"
+            found += self.ignored_if_set("epsilon_decay_steps", why, "drop epsilon_decay_steps")
+        if self.target_update_freq == 1:
+            why = (
+                "target_update_freq is 1, so the target network is a copy of the online one at "
+                "every gradient step, and both choose the same next action"
+            )
+            found += self.ignored_if_set("double_q", why, "drop double_q")
+        return found
+
 
 class DQN(NStepReplay, Policy[DQNTrainingStats]):
     """Deep Q-network for discrete actions.
@@ -175,7 +194,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.to(self.device)
         self.optimizers["q"] = torch.optim.Adam(self.q_net.parameters(), lr=cfg.lr, fused=True)
-        self.scheduled_epsilon = cfg.epsilon_start
+        self.scheduled_epsilon = self.scheduled(0)
         """Epsilon of the schedule at the last :meth:`set_progress`."""
         self.n_updates = 0
         """Gradient steps taken so far (saved in the state dict; drives target updates)."""
@@ -214,12 +233,15 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         then flat; an explicit :attr:`exploration` still wins) and, with
         ``lr_anneal_steps``, the learning rate."""
         anneal_lr(self.optimizers, self.lr, env_step, self.lr_anneal_steps)
-        if self.epsilon_decay_steps == 0:
-            frac = 1.0
-        else:
-            frac = min(1.0, env_step / self.epsilon_decay_steps)
+        self.scheduled_epsilon = self.scheduled(env_step)
+
+    def scheduled(self, env_step: int) -> float:
+        """The schedule's epsilon after ``env_step`` env steps: ``epsilon_end`` itself once
+        the decay is over (``start + (end - start)`` may miss it by a rounding)."""
+        if env_step >= self.epsilon_decay_steps:
+            return self.epsilon_end
         start, end = self.epsilon_start, self.epsilon_end
-        self.scheduled_epsilon = start + frac * (end - start)
+        return start + env_step / self.epsilon_decay_steps * (end - start)
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
         """Greedy actions, each replaced by a uniform one with probability epsilon.

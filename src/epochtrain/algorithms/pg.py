@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from epochtrain.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy
 from epochtrain.algorithms.base import resolve_config
-from epochtrain.config import param
+from epochtrain.config import IgnoredSetting, param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
@@ -61,6 +61,16 @@ class PGConfig(ActorCriticConfig):
     gradient norm is still caught)."""
     baseline: bool = True
     """Learn ``V(s)`` and subtract it from the returns (False: plain REINFORCE)."""
+
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """``vf_coef`` without a baseline (there is no value loss to weigh)."""
+        found = super().ignored_settings()
+        if not self.baseline:
+            why = "baseline is off, so there is no value loss to weigh"
+            found += self.ignored_if_set(
+                "vf_coef", why, "turn baseline on to use it, or drop vf_coef"
+            )
+        return found
 
 
 class PG(ActorCriticPolicy[PGTrainingStats]):

@@ -44,7 +44,7 @@ from epochtrain.algorithms.base import (
     normal_like,
     resolve_config,
 )
-from epochtrain.config import Config, param
+from epochtrain.config import Config, IgnoredSetting, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import (
     MLP,
@@ -109,12 +109,27 @@ class SACConfig(Config):
     target_entropy: float | None = None
     """Target entropy (None: -|A| for Box actions, target_entropy_ratio * log(n) for n
     Discrete actions)."""
-    target_entropy_ratio: float = param(0.98, gt=0, lt=1)
+    target_entropy_ratio: float = param(0.98, gt=0, lt=1, actions="discrete")
     """Discrete actions: target entropy as a fraction of the maximum entropy log(n)."""
     n_step: int = param(1, ge=1)
     """Learn from n-step returns (1: one-step targets): the critics' target sums the next
     n rewards and bootstraps from the n-th next state, with no off-policy correction, as
     Tianshou's n_step_return_horizon and D4PG."""
+
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """``alpha_lr``, ``target_entropy`` and ``target_entropy_ratio`` tune the
+        temperature: with ``auto_alpha`` off they do nothing; a ``target_entropy`` given
+        replaces ``target_entropy_ratio * log(n)``."""
+        found = super().ignored_settings()
+        if not self.auto_alpha:
+            why = "auto_alpha is off, so the temperature stays at alpha and nothing tunes it"
+            for name in ("alpha_lr", "target_entropy", "target_entropy_ratio"):
+                fix = f"turn auto_alpha on to use it, or drop {name}"
+                found += self.ignored_if_set(name, why, fix)
+        elif self.target_entropy is not None:
+            why = f"target_entropy={self.target_entropy!r} is the target in its place"
+            found += self.ignored_if_set("target_entropy_ratio", why, "drop target_entropy_ratio")
+        return found
 
 
 class SACBase(NStepReplay, Policy[TSACStats], ABC):

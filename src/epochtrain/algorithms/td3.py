@@ -29,7 +29,7 @@ import torch
 from epochtrain.algorithms.base import resolve_config
 from epochtrain.algorithms.ddpg import DDPGConfig, DDPGTrainingStats
 from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
-from epochtrain.config import param
+from epochtrain.config import IgnoredSetting, param
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 
@@ -60,6 +60,18 @@ class TD3Config(DDPGConfig):
     clip; the smoothed action is still clipped to the action bounds)."""
     policy_delay: int = param(2, ge=1)
     """Critic steps per actor (and target) step."""
+
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """``noise_clip`` without smoothing noise, ``policy_noise`` clipped to 0."""
+        found = super().ignored_settings()
+        if self.policy_noise == 0:
+            why = "policy_noise is 0, so there is no smoothing noise to clip"
+            found += self.ignored_if_set("noise_clip", why, "drop noise_clip")
+        elif self.noise_clip == 0:
+            why = "noise_clip is 0, so the smoothing noise is clipped to 0 whatever its std"
+            fix = "give noise_clip a value > 0 to use it, or drop policy_noise"
+            found += self.ignored_if_set("policy_noise", why, fix)
+        return found
 
 
 class TD3(DeterministicActorCritic[TD3TrainingStats]):
