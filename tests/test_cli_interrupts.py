@@ -3,7 +3,10 @@ with, and SIGTERM raised where Ctrl-C would be."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import importlib
+import importlib.abc
 import os
 import signal
 import subprocess
@@ -16,6 +19,8 @@ import pytest
 
 from epochtrain.cli_interrupts import (
     Terminated,
+    end_interrupted,
+    exit_at_interrupt,
     exit_status,
     failed_line,
     interrupted_line,
@@ -152,3 +157,177 @@ def test_epochtrain_train_with_async_envs_ends_without_a_traceback(tmp_path: Pat
     )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "Finished" in result.stdout
+
+
+def test_the_end_of_an_interrupted_command_is_its_line_and_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert end_interrupted(Terminated(), ["sweep", "--out", "x"], process_ends=False) == 143
+    assert capsys.readouterr().err == (
+        "epochtrain: terminated; finished runs and checkpoints are kept; continue with the "
+        "same command: epochtrain sweep --out x\n"
+    )
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    try:
+        assert end_interrupted(KeyboardInterrupt(), ["eval", "p"], process_ends=True) == 130
+        ignored = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+    assert capsys.readouterr().err == "epochtrain: interrupted\n"
+    assert ignored == (signal.SIG_IGN, signal.SIG_IGN)  # the process only exits after it
+
+
+class _Exited(Exception):
+    """Raised by a stand-in for ``os._exit``, with its status."""
+
+
+def _exit_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    def _exit(status: int) -> None:
+        raise _Exited(status)
+
+    monkeypatch.setattr(os, "_exit", _exit)
+
+
+@pytest.mark.parametrize(
+    ("sig", "status", "what"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_a_signal_inside_exit_at_interrupt_ends_the_process_at_once_with_its_line(
+    sig: signal.Signals,
+    status: int,
+    what: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    _exit_raises(monkeypatch)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(_Exited) as exited, exit_at_interrupt(["compare", "runs"]):
+        signal.raise_signal(sig)
+    assert exited.value.args == (status,)
+    assert capfd.readouterr().err == f"epochtrain: {what}\n"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+class _SignalWhileImporting(importlib.abc.MetaPathFinder):
+    """Sends SIGINT to this process when ``name`` is imported: Ctrl-C during the import."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, *args: object) -> None:
+        if fullname == self.name:
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+
+def test_python_m_epochtrain_ends_at_a_ctrl_c_while_it_imports_the_command(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    _exit_raises(monkeypatch)
+    monkeypatch.delitem(sys.modules, "epochtrain.cli", raising=False)
+    monkeypatch.delitem(sys.modules, "epochtrain.__main__", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_SignalWhileImporting("epochtrain.cli"), *sys.meta_path])
+    monkeypatch.setattr(sys, "argv", ["epochtrain", "train", "--algo", "ppo"])
+    entry = importlib.import_module("epochtrain.__main__")  # defines main, runs nothing
+    with pytest.raises(_Exited) as exited:
+        entry.main()
+    assert exited.value.args == (130,)
+    assert capfd.readouterr().err == (
+        "epochtrain: interrupted before any checkpoint was written; nothing to resume\n"
+    )
+
+
+CTRL_C_IN_GENERATED_CODE = """
+import importlib.abc, signal, sys
+
+class CtrlCInGeneratedCode(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "epochtrain.cli":
+            sys.meta_path.remove(self)
+            exec("signal.raise_signal(signal.SIGINT)")  # as inside a @dataclass's methods
+        return None
+
+sys.meta_path.insert(0, CtrlCInGeneratedCode())
+"""
+
+
+def test_a_ctrl_c_inside_generated_code_of_the_imports_still_ends_with_status_130(
+    tmp_path: Path,
+) -> None:
+    """Caught, a KeyboardInterrupt raised inside ``exec`` of a string (what ``@dataclass``
+    runs, hundreds of times in torch's import) still ended ``python -m`` by SIGINT: CPython
+    3.11 remembers it as unhandled. The signal is sent there on purpose, by a
+    sitecustomize of this test (the library has no such hook)."""
+    (tmp_path / "sitecustomize.py").write_text(CTRL_C_IN_GENERATED_CODE)
+    python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    result = subprocess.run(
+        [sys.executable, "-m", "epochtrain", "train", "--algo", "ppo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *python_path])},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # CI ignores it
+    )
+    assert (result.returncode, result.stderr) == (
+        130,
+        "epochtrain: interrupted before any checkpoint was written; nothing to resume\n",
+    )
+
+
+def _importing_torch(pid: int) -> bool:
+    """True once process ``pid`` has mapped torch's library: it is inside ``import torch``,
+    which goes on for a second or more (Python modules of torch, then epochtrain's)."""
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+COMMANDS = {
+    "python -m epochtrain": [sys.executable, "-m", "epochtrain"],
+    "console script": [str(Path(sys.executable).with_name("epochtrain"))],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(
+    ("sig", "after", "line"),
+    [
+        (signal.SIGINT, 0.0, "epochtrain: interrupted"),  # at once: torch's own modules
+        (signal.SIGINT, 0.5, "epochtrain: interrupted"),  # later: epochtrain's, or the run
+        (signal.SIGTERM, 0.0, "epochtrain: terminated"),
+    ],
+)
+def test_a_signal_while_the_command_imports_torch_ends_it_with_one_line_and_its_status(
+    command: str, sig: signal.Signals, after: float, line: str, tmp_path: Path
+) -> None:
+    """Sent again and again, as an impatient user presses Ctrl-C, until the process ends;
+    whichever the moment, the end is the same. (The first epoch, of a million env steps,
+    does not end before: no checkpoint to name.)"""
+    argv = ["train", "--algo", "ppo", "--env", "CartPole-v1", "--step-per-epoch", "1000000"]
+    proc = subprocess.Popen(
+        [*COMMANDS[command], *argv, "--no-progress", "--logdir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # CI ignores it
+    )
+    deadline = time.monotonic() + 120
+    while not _importing_torch(proc.pid):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the command never imported torch"
+        time.sleep(0.005)
+    time.sleep(after)  # the moment of the first signal, not a wait for something
+    while proc.poll() is None:
+        proc.send_signal(sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(0.05)
+    out, err = proc.communicate()
+    assert (proc.returncode, err, out) == (
+        128 + sig,
+        f"{line} before any checkpoint was written; nothing to resume\n",
+        "",
+    )

@@ -4,7 +4,9 @@ SIGTERM (``kill PID``, a scheduler's stop or pre-emption) is handled as Ctrl-C i
 trainer goes back to its last complete epoch, the sweep's workers stop (see
 :mod:`epochtrain.experiment.processes`), and the command prints where to resume. The exit
 status is 128 plus the signal number, as a shell reports a process the signal killed:
-130 after Ctrl-C, 143 after SIGTERM.
+130 after Ctrl-C, 143 after SIGTERM. So it is, too, while the command still imports its
+modules (torch with them, for seconds: :func:`exit_at_interrupt`); ``import epochtrain``
+imports none of them, so the command is in charge from its start.
 
 A checkpoint that cannot be written, or another write the machine refuses (a full disk
 or quota, a file-size limit, a read-only file system: :func:`is_file_fault`), ends the
@@ -16,11 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import shlex
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from epochtrain.errors import (
     LAST_CHECKPOINT_NOTE,
@@ -31,6 +36,8 @@ from epochtrain.errors import (
 
 __all__ = [
     "Terminated",
+    "end_interrupted",
+    "exit_at_interrupt",
     "exit_status",
     "failed_line",
     "ignore_further_interrupts",
@@ -54,6 +61,37 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def exit_at_interrupt(argv: list[str]) -> Iterator[None]:
+    """Inside the block, Ctrl-C or SIGTERM ends the process at once: its line
+    (:func:`interrupted_line` of ``argv``) on stderr, exit status 130 or 143 (main thread
+    only; elsewhere the block runs unchanged).
+
+    For a command's imports (torch's: seconds), before it has started anything to keep. A
+    ``KeyboardInterrupt`` raised inside them can abort the interpreter (torch's C++ calling
+    back into Python) or, even caught, end the process by SIGINT after all: CPython 3.11
+    remembers one raised inside ``exec`` of a string (every ``@dataclass``) as unhandled.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end_now(signum: int, frame: FrameType | None) -> None:
+        exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a write this signal interrupted
+                stream.flush()
+        os.write(2, f"{interrupted_line(exc, argv)}\n".encode())
+        os._exit(exit_status(exc))
+
+    previous = {sig: signal.signal(sig, end_now) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def ignore_further_interrupts() -> None:
@@ -115,6 +153,20 @@ def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
     if argv[:1] == ["train"]:
         return f"epochtrain: {what} before any checkpoint was written; nothing to resume"
     return f"epochtrain: {what}"  # eval, collect, compare, config: nothing to resume
+
+
+def end_interrupted(exc: KeyboardInterrupt, argv: list[str], *, process_ends: bool) -> int:
+    """Print the line of an interrupted command (:func:`interrupted_line`) on stderr and
+    return its exit status (:func:`exit_status`).
+
+    ``process_ends``: the command is the process and it ends now (``epochtrain ...`` or
+    ``python -m epochtrain ...``, not ``cli.main(argv)`` called by a program that goes
+    on); further interrupts are then ignored (:func:`ignore_further_interrupts`).
+    """
+    if process_ends:
+        ignore_further_interrupts()
+    print(interrupted_line(exc, argv), file=sys.stderr)
+    return exit_status(exc)
 
 
 def failed_line(exc: BaseException, argv: list[str]) -> str:
