@@ -389,3 +389,183 @@ def test_an_off_policy_run_without_a_replay_capacity_exits_2_naming_buffer_size(
     assert main(["config", "--algo", "dqn", "--buffer-size", "none"]) == 2
     err = capsys.readouterr().err
     assert "buffer.buffer_size (--buffer-size) must be set for the off-policy algo 'dqn'" in err
+
+
+def test_no_verbose_hides_the_epoch_lines(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--no-verbose`` was overwritten by ``verbose = not --quiet``: the lines were printed."""
+    argv = ["train", *SHORT, "--max-epoch", "1", "--logdir", "", "--no-progress", "--no-verbose"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Epoch #1:" not in out and "Finished (max_epoch)" in out
+
+
+def test_checkpoint_dir_none_writes_no_checkpoints(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--checkpoint-dir none`` (help: "None: never") wrote the run directory's checkpoints."""
+    quiet = ["--logdir", str(tmp_path), "--no-progress", "--quiet"]
+    assert main(["train", *SHORT, "--max-epoch", "1", *quiet, "--checkpoint-dir", "none"]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    assert not (run_dir / "checkpoints").exists()
+    assert "Checkpoints:" not in capsys.readouterr().out
+
+
+def test_a_run_directorys_spec_as_config_starts_a_new_run_with_checkpoints_of_its_own(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The spec.toml of a run directory names that run's checkpoint_dir: a new run from it
+    (``--config RUN/spec.toml --seed 1``) was refused at its first epoch with exit status 1,
+    leaving a run directory behind."""
+    from epochtrain.checkpoint import find_checkpoints
+
+    quiet, run_dir = one_epoch_run(tmp_path, capsys)
+    before = {p.name: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").iterdir()}
+    assert main(["train", "--config", str(run_dir / "spec.toml"), "--seed", "1", *quiet]) == 0
+    (new_run,) = set(tmp_path.iterdir()) - {run_dir}
+    assert [p.name for p in find_checkpoints(new_run / "checkpoints")] == ["epoch_000001"]
+    assert {p.name: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").iterdir()} == before
+
+
+def test_the_spec_of_a_resumed_run_as_config_starts_a_new_run_not_a_resume(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A resumed run's spec.toml holds its resume_from: ``--config`` of it resumed the old
+    run again, writing into the old run's checkpoints and logging into the new directory."""
+    quiet, run_dir = one_epoch_run(tmp_path, capsys)
+    assert main(["train", *SHORT, "--max-epoch", "2", *quiet, "--resume", str(run_dir)]) == 0
+    old = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    capsys.readouterr()
+    config = ["train", "--config", str(run_dir / "spec.toml"), "--max-epoch", "1"]
+    assert main([*config, "--logdir", str(tmp_path), "--no-progress"]) == 0
+    assert "Epoch #1:" in capsys.readouterr().out  # from scratch
+    (new_run,) = set(tmp_path.iterdir()) - {run_dir}
+    assert sorted(p.name for p in (new_run / "checkpoints").iterdir()) == ["epoch_000001"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == old
+
+
+def test_a_new_run_into_a_checkpoint_dir_holding_checkpoints_exits_2_before_any_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It was refused by the trainer at its first epoch: exit status 1, and the run
+    directory with its spec.toml was left behind."""
+    ckpts = str(tmp_path / "ck")
+    quiet = ["--logdir", str(tmp_path / "runs"), "--no-progress", "--quiet"]
+    argv = ["train", *SHORT, "--max-epoch", "1", *quiet, "--checkpoint-dir", ckpts]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"'{ckpts}' (--checkpoint-dir) holds the checkpoints of another run" in err
+    assert f"epochtrain train --resume {ckpts}" in err
+    assert len(list((tmp_path / "runs").iterdir())) == 1  # no second run directory
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_resume_of_a_path_that_is_no_directory_says_so(
+    kind: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A typo in ``--resume`` was told that its run stopped before its first checkpoint."""
+    path = tmp_path / "nope"
+    if kind == "file":
+        path.write_text("x")
+    assert main(["train", "--resume", str(path), "--logdir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    what = "does not exist" if kind == "missing" else "is a file"
+    assert len(err.strip().splitlines()) == 1 and f"--resume {path} {what}: pass" in err
+    assert "stopped before" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ([], "--algo bc learns from a dataset: give --dataset FILE"),
+        (["--dataset", "nope.buf"], "--dataset nope.buf does not exist"),
+    ],
+)
+def test_an_offline_algo_without_its_dataset_names_the_option(
+    extra: list[str], fragment: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The error was the Python API's: "set dataset='path/to/file' ... or pass
+    buffer=ReplayBuffer.load(path)"."""
+    assert main(["train", "--algo", "bc", *extra, "--logdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err
+    assert "epochtrain collect --env CartPole-v1" in err and "buffer=" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_resuming_a_run_that_has_ended_warns_that_nothing_was_trained(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It printed "Finished" as if it had trained on."""
+    quiet, run_dir = one_epoch_run(tmp_path, capsys)
+    assert main(["train", *quiet, "--resume", str(run_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "epochtrain: warning: the checkpoint's run had already ended at epoch 1" in err
+    assert "pass a larger --max-epoch" in err
+    assert main(["train", *quiet, "--max-epoch", "2", "--resume", str(run_dir)]) == 0
+    assert "already ended" not in capsys.readouterr().err
+
+
+def test_the_commands_help_shows_no_docstring_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "The epochtrain command (also python -m epochtrain)" in out
+
+
+@pytest.mark.parametrize("command", ["eval", "collect"])
+def test_a_seed_out_of_range_exits_2_naming_seed(
+    command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``eval --seed -1`` ended in a traceback from the env's reset; ``collect --seed -1``
+    printed gymnasium's words without the option."""
+    if command == "eval":
+        _, run_dir = one_epoch_run(tmp_path, capsys)
+        argv = ["eval", str(run_dir), "--episodes", "1"]
+    else:
+        argv = ["collect", "--env", "CartPole-v1", "--random", "--steps", "10"]
+        argv += ["--out", str(tmp_path / "d.buf")]
+    assert main([*argv, "--seed", "-1"]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and "--seed" in captured.err
+    assert "mean return" not in captured.out
+
+
+def test_collect_on_an_unknown_env_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It ended in gymnasium's traceback."""
+    argv = ["collect", "--env", "NoSuchEnv-v0", "--random", "--steps", "10"]
+    assert main([*argv, "--out", str(tmp_path / "d.buf")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "'NoSuchEnv-v0' is not a registered" in err
+
+
+def test_collect_to_a_path_under_a_file_exits_2_before_recording(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It recorded first, then failed with "[Errno 17] File exists"."""
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "d.buf"
+    argv = ["collect", "--env", "CartPole-v1", "--random", "--steps", "10", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"--out '{out}' is under '{tmp_path / 'afile'}', a file" in err
+
+
+def test_collect_to_a_folder_that_cannot_be_written_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as for a user not root
+    argv = ["collect", "--env", "CartPole-v1", "--random", "--steps", "10"]
+    assert main([*argv, "--out", str(tmp_path / "d.buf")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--out" in err and "not writable" in err
+    assert not list(tmp_path.iterdir())

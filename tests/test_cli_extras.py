@@ -129,3 +129,19 @@ def test_collect_to_minari_reports_the_steps_the_dataset_holds(
     assert 0 < dataset.total_steps < 301  # the episodes still running were left out
     assert f"the dataset holds {dataset.total_steps} steps" in out
     assert f"({dataset.total_episodes} complete episodes" in out
+
+
+def test_eval_video_without_the_video_extra_exits_2_before_the_episodes_run(
+    checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The test episodes ran and printed their returns, then the missing extra was found."""
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # import imageio_ffmpeg now fails
+    argv = ["eval", str(checkpoint), "--episodes", "1", "--video", str(tmp_path / "e.mp4")]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "mean return" not in captured.out
+    assert len(captured.err.strip().splitlines()) == 1
+    assert "pip install 'epochtrain[video]'" in captured.err

@@ -280,3 +280,34 @@ def test_an_experiment_closes_the_env_processes_of_its_runs(tmp_path: Path) -> N
     experiment = run_experiment(specs, tmp_path, show_progress=False)
     assert len(experiment.finished()) == 2
     assert set(multiprocessing.active_children()) == before
+
+
+def test_a_logdir_under_a_file_is_refused_naming_logdir(tmp_path: Path) -> None:
+    """It was a bare ``NotADirectoryError: [Errno 20] Not a directory``."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"logdir '.*afile/runs' is under .*, a file"):
+        make_trainer("ppo", "CartPole-v1", logdir=str(tmp_path / "afile" / "runs"))
+
+
+def test_a_logdir_that_cannot_be_written_is_refused_before_any_env_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was accepted (root writes anywhere) or a bare ``PermissionError`` from the logger."""
+    import os
+
+    import epochtrain.factory
+
+    made: list[str] = []
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as for a user not root
+    monkeypatch.setattr(epochtrain.factory, "make_envs", lambda *a, **k: made.append("envs"))
+    with pytest.raises(ValueError, match=r"logdir .* is not writable by this user"):
+        make_trainer("ppo", "CartPole-v1", logdir=str(tmp_path / "runs"))
+    assert made == [] and not (tmp_path / "runs").exists()
+
+
+def test_a_seed_numpy_cannot_take_is_refused_at_build_naming_it() -> None:
+    """A seed beyond 2**32 - 1 passed the checks, then stopped the first epoch with numpy's
+    traceback (``Seed must be between 0 and 2**32 - 1``)."""
+    bounds = r"seed must be int \(>= 0 and <= 4294967295\), got 4294967296"
+    with pytest.raises(ValueError, match=bounds):
+        make_trainer("ppo", "CartPole-v1", seed=2**32)

@@ -28,3 +28,16 @@ def test_readme_python_blocks_run(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "epoch 1: test return" in out
     assert "gradient steps, best test return" in out
+
+
+def test_the_docs_name_the_video_files_as_the_video_recorder_writes_them() -> None:
+    """hooks.md said ``epoch_<epoch>.mp4``; the files are ``epoch_0002.mp4``."""
+    import inspect
+
+    from epochtrain.trainer import video
+
+    assert 'f"epoch_{info.epoch:04d}.mp4"' in inspect.getsource(video.VideoRecorder)
+    docs = README.parent / "docs"
+    for page in ("hooks.md", "logging.md"):
+        text = " ".join((docs / page).read_text().split())
+        assert "epoch_<" in text and re.search(r"`epoch_\d{4}\.mp4`", text), page

@@ -71,7 +71,8 @@ class _DefaultsFormatter(
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser; ``--help`` lists every option and setting with its default."""
     fmt = _DefaultsFormatter
-    parser = _Parser(prog="epochtrain", description=__doc__.splitlines()[0], formatter_class=fmt)
+    description = __doc__.splitlines()[0].replace("``", "")  # the docstring's markup
+    parser = _Parser(prog="epochtrain", description=description, formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     epilog = settings_help()
     train = sub.add_parser(
@@ -153,10 +154,18 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     # the checkpoint's own directory is where it is now (below), unless an option says
     resumed = None if base is None else base.with_overrides({"checkpoint_dir": None})
     spec = resolve_spec(args, resumed=resumed)
+    if "trainer.checkpoint_dir" in _options_given(args, spec) and not spec.trainer.checkpoint_dir:
+        spec = spec.with_overrides({"checkpoint_dir": ""})  # `--checkpoint-dir none`: none
+    if base is None:
+        spec = _as_new_run(args, spec)
+    if spec.entry.kind == "offline":
+        _check_dataset(spec)
     if args.logdir:
         check_writable_dir(args.logdir, "--logdir")
     if spec.trainer.checkpoint_dir:
         check_writable_dir(spec.trainer.checkpoint_dir, "--checkpoint-dir")
+        if base is None:
+            _refuse_another_runs_checkpoints(args, spec)
     run_dir: Path | None = None
     if base is not None:
         if (base.algo, base.env_id, base.seed) != (spec.algo, spec.env_id, spec.seed):
@@ -171,7 +180,9 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         if logdir is not None:
             logdir = str(ckpt_dir.parent if ckpt_dir.name == RUN_CHECKPOINTS else Path(logdir))
         run_dir = None if logdir is None else Path(logdir)
-        checkpoint_dir = spec.trainer.checkpoint_dir or str(ckpt_dir)
+        checkpoint_dir = spec.trainer.checkpoint_dir
+        if checkpoint_dir is None:
+            checkpoint_dir = str(ckpt_dir)
         spec = spec.with_overrides(
             {"logging.logdir": logdir, "checkpoint_dir": checkpoint_dir, "resume_from": str(ckpt)}
         )
@@ -188,10 +199,77 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     spec = spec.with_overrides(
         {
             "show_progress": spec.trainer.show_progress and not args.no_progress,
-            "verbose": not args.quiet,
+            # on unless --quiet or --no-verbose: a spec file's class default (off) is not asked
+            "verbose": not args.quiet and args.verbose is not False,
         }
     )
     return spec, run_dir
+
+
+def _as_new_run(args: argparse.Namespace, spec: Any) -> Any:
+    """``spec`` for a run that starts from scratch (no ``--resume``), in a run directory of
+    its own: the places a ``--config`` file names for the run that wrote it (the
+    ``spec.toml`` of a run directory: its ``logdir``, its ``checkpoint_dir`` there and the
+    ``resume_from`` of a resumed run) are this run's instead, unless this command line sets
+    them; ``--logdir ''`` turns logging off whatever the file says."""
+    from epochtrain.checkpoint import RUN_CHECKPOINTS
+    from epochtrain.spec import RunSpec
+
+    changes: dict[str, Any] = {}
+    if not args.logdir:
+        changes["logging.logdir"] = None
+    if args.config is not None:
+        with warnings.catch_warnings():  # resolve_spec has read it, with its warnings
+            warnings.simplefilter("ignore")
+            saved = RunSpec.from_file(args.config)
+        logdir, ckpt_dir = saved.logging.logdir, saved.trainer.checkpoint_dir
+        own_dir = None if logdir is None else Path(logdir) / RUN_CHECKPOINTS
+        if ckpt_dir is not None and Path(ckpt_dir) == own_dir:  # the file of a `train` run
+            given = _options_given(args, spec)
+            if "trainer.checkpoint_dir" not in given:
+                changes["checkpoint_dir"] = None  # the new run directory's, below
+            if "trainer.resume_from" not in given:
+                changes["resume_from"] = None
+    return spec.with_overrides(changes) if changes else spec
+
+
+def _check_dataset(spec: Any) -> None:
+    """``ValueError`` in the command line's words when the offline ``spec`` has no
+    ``--dataset`` or names a file that is not there (before anything is built)."""
+    dataset = spec.dataset
+    record = f"epochtrain collect --env {spec.env_id} --random --steps 10000 --out FILE"
+    if dataset is None:
+        raise ValueError(
+            f"--algo {spec.algo} learns from a dataset: give --dataset FILE (record one with "
+            f"`{record}`) or --dataset minari:<dataset id>"
+        )
+    if not dataset.startswith("minari:") and not Path(dataset).is_file():
+        what = "is a directory" if Path(dataset).is_dir() else "does not exist"
+        raise ValueError(
+            f"--dataset {dataset} {what}: give a file recorded by `{record}` (or a buffer "
+            "file of ReplayBuffer.save), or --dataset minari:<dataset id>"
+        )
+
+
+def _refuse_another_runs_checkpoints(args: argparse.Namespace, spec: Any) -> None:
+    """``ValueError`` before a new run (no ``--resume``) starts in a checkpoint directory
+    that holds another run's checkpoints, which its own would replace and rotate out (the
+    trainer refuses it too, but only at its first epoch: after the run directory and its
+    ``spec.toml`` were written, with exit status 1)."""
+    from epochtrain.checkpoint import find_checkpoints
+
+    ckpt_dir = spec.trainer.checkpoint_dir
+    found = find_checkpoints(ckpt_dir)
+    if not found:
+        return
+    option = _options_given(args, spec).get("trainer.checkpoint_dir")
+    source = option or (f"--config {args.config}" if args.config else "--checkpoint-dir")
+    raise ValueError(
+        f"the checkpoint directory {ckpt_dir!r} ({source}) holds the checkpoints of another "
+        f"run ({', '.join(p.name for p in found)}), which this new run's would replace: "
+        f"continue that run ({shlex.join(['epochtrain', 'train', '--resume', ckpt_dir])}), "
+        "choose another --checkpoint-dir, or delete those checkpoints"
+    )
 
 
 def _nothing_to_resume(path: str, exc: Exception) -> str:
@@ -203,6 +281,12 @@ def _nothing_to_resume(path: str, exc: Exception) -> str:
     from epochtrain.spec import RunSpec
 
     given = Path(path)
+    if not given.is_dir():
+        what = "is a file" if given.exists() else "does not exist"
+        return (
+            f"--resume {path} {what}: pass the run directory of `epochtrain train` "
+            f"(<logdir>/<run>), its {RUN_CHECKPOINTS}/ or one of its epoch_* checkpoints"
+        )
     run_dir = given.parent if given.name == RUN_CHECKPOINTS else given
     try:
         spec = RunSpec.from_file(run_dir / "spec.toml")
@@ -216,15 +300,14 @@ def _nothing_to_resume(path: str, exc: Exception) -> str:
     command += ["--logdir", str(run_dir.parent)]
     if ckpt_dir is None:
         why = "it wrote no checkpoints (checkpoint_dir was off)"
-        command += ["--checkpoint-dir", ""]
+        command += ["--checkpoint-dir", "none"]
     elif Path(ckpt_dir) != Path(spec.logging.logdir or "") / RUN_CHECKPOINTS:
         if find_checkpoints(ckpt_dir):  # the run's checkpoints are elsewhere: continue them
             resume = shlex.join(["epochtrain", "train", "--resume", ckpt_dir])
             return f"--resume {path}: the run's checkpoints are in {ckpt_dir}: {resume}"
         why = f"it was stopped before its first checkpoint in {ckpt_dir} was complete"
-    else:  # a new run directory, with checkpoints of its own
+    else:  # a new run directory, with checkpoints of its own (_as_new_run)
         why = "it was stopped before its first checkpoint was complete"
-        command += ["--checkpoint-dir", "none"]
         where = f" (in a new run directory; {run_dir} can then be deleted)"
     return (
         f"--resume {path}: the run holds no complete checkpoint ({why}), so there is nothing "
@@ -316,6 +399,7 @@ def _train(args: argparse.Namespace) -> int:
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         spec.to_file(run_dir / "spec.toml")
+    start = trainer.state.epoch  # the checkpoint's epoch on --resume, else 0
     with trainer:  # closes the envs (their processes with env_backend="async") and the logger
         info = trainer.run()
     last = trainer.last_test_stat
@@ -329,7 +413,27 @@ def _train(args: argparse.Namespace) -> int:
         print(f"Run directory ({_contents(run_dir)}): {run_dir}")
     if spec.trainer.checkpoint_dir is not None:
         print(f"Checkpoints: {spec.trainer.checkpoint_dir}")
+    if args.resume is not None and info.epoch == start:
+        print(f"epochtrain: warning: {_nothing_trained(trainer, spec)}", file=sys.stderr)
     return 0
+
+
+def _nothing_trained(trainer: Any, spec: Any) -> str:
+    """Why a ``--resume`` trained no epoch (the checkpoint's run had ended), and the option
+    that trains on."""
+    epoch, reason = trainer.state.epoch, trainer.stop_reason
+    if reason == "max_epoch":
+        why, fix = f"max_epoch {spec.trainer.max_epoch}", "pass a larger --max-epoch"
+    elif reason == "stop_fn":
+        best = trainer.state.best_test_return
+        why = f"its best test return {best:g} reached --stop-at {spec.stop_at}"
+        fix = "pass --stop-at none (or a higher --stop-at)"
+    else:
+        why, fix = f"stop reason {reason}", "start a new run"
+    return (
+        f"the checkpoint's run had already ended at epoch {epoch} ({why}), so nothing was "
+        f"trained; to train on, {fix} with --resume"
+    )
 
 
 def _contents(run_dir: Path) -> str:

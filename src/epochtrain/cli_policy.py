@@ -167,11 +167,34 @@ def _checkpoint_trainer(
     return trainer, ckpt, manifest
 
 
+_SEED_LIMIT = 2**32
+"""Seeds run from 0 to ``2**32 - 1``: what gymnasium's ``reset(seed=...)`` and numpy take."""
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < _SEED_LIMIT:
+        raise ValueError(f"--seed must be within 0 .. 2**32 - 1, got {seed}")
+
+
+def _check_video(path: str) -> None:
+    """Refuse an ``eval --video`` path that cannot be written, or the missing ``video``
+    extra, before the checkpoint is loaded and its episodes run."""
+    from epochtrain.extras import require
+    from epochtrain.trainer.video import check_video_path
+
+    check_video_path(path, "--video")
+    require("imageio.v2", extra="video")
+    require("imageio_ffmpeg", extra="video")
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Test the checkpoint's policy of ``args`` and print its returns; 2 on bad input."""
     try:
         if args.episodes < 1:
             raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+        _check_seed(args.seed)
+        if args.video is not None:
+            _check_video(args.video)
         trainer, ckpt, manifest = _checkpoint_trainer(
             args.path, args.device, min(args.episodes, 10)
         )
@@ -184,16 +207,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace, trainer: Any, ckpt: Path, manifest: Any) -> int:
     """Run ``args.episodes`` test episodes of the loaded policy and print their returns,
-    then record ``args.video`` if asked; 2 on bad input."""
+    then record ``args.video`` if asked (checked by :func:`run_eval`); 2 on bad input."""
     algo, env_id = manifest["spec"]["algo"], manifest["spec"]["env_id"]
-    if args.video is not None:
-        from epochtrain.trainer.video import check_video_path
-
-        try:
-            check_video_path(args.video, "--video")  # before the episodes run
-        except USAGE_ERRORS as exc:
-            print(f"epochtrain: error: {exc}", file=sys.stderr)
-            return 2
     collector = trainer.test_collector
     assert collector is not None
     collector.reset(seed=args.seed)
@@ -304,7 +319,9 @@ def run_collect(args: argparse.Namespace) -> int:
     Exit status 2 on bad input (found before any training or recording: an existing
     ``--out`` too), 1 when the dataset cannot be written (a full disk), 0 otherwise.
     """
+    from epochtrain.data.io import check_writable_dir
     from epochtrain.dataset import check_dataset_path, record_dataset
+    from epochtrain.spec import check_env_id
 
     refused: tuple[type[Exception], ...] = (*USAGE_ERRORS, FileExistsError, IsADirectoryError)
     try:
@@ -312,14 +329,18 @@ def run_collect(args: argparse.Namespace) -> int:
             value = getattr(args, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        _check_seed(args.seed)
         if args.algo is None and (args.train_steps is not None or args.train_until is not None):
             raise ValueError("--train-steps and --train-until need --algo")
+        check_env_id(args.env)
         if args.format == "minari":
             from epochtrain.data.minari import check_new_dataset_id
 
             check_new_dataset_id(args.out)  # before any training or recording
         else:
             check_dataset_path(args.out, overwrite=args.overwrite)
+            out = Path(args.out)  # its folder must take the file: an existing one, or one to make
+            check_writable_dir(out.parent if out.exists() else out, "--out")
         policy, description, transform = _collect_policy(args)
     except refused as exc:
         print(f"epochtrain: error: {exc}", file=sys.stderr)

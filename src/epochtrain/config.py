@@ -96,16 +96,13 @@ class _Range:
         )
 
     def text(self) -> str:
-        parts = []
-        if self.ge is not None:
-            parts.append(f">= {self.ge:g}")
-        if self.gt is not None:
-            parts.append(f"> {self.gt:g}")
-        if self.le is not None:
-            parts.append(f"<= {self.le:g}")
-        if self.lt is not None:
-            parts.append(f"< {self.lt:g}")
-        return " and ".join(parts)
+        bounds = ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
+        return " and ".join(f"{op} {_number(b)}" for op, b in bounds if b is not None)
+
+
+def _number(bound: float) -> str:
+    """A bound as it reads best: an int in full (``4294967295``), a float in ``g`` form."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def param(

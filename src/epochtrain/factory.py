@@ -20,6 +20,7 @@ from epochtrain.config import keeping_ignored
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.data.buffer import rollout_rows
 from epochtrain.data.buffer_storage import check_spaces_memory
+from epochtrain.data.io import check_writable_dir
 from epochtrain.envs import make_envs
 from epochtrain.logger import BaseLogger
 from epochtrain.registry import ALGORITHMS
@@ -83,6 +84,8 @@ def make_trainer(
             f"buffer= is the dataset of an offline algorithm; {spec.algo!r} collects its own "
             "data (set its capacity with buffer_size=...)"
         )
+    if logger is None and spec.logging.logdir is not None:  # before any env is made
+        check_writable_dir(spec.logging.logdir, "logdir")
     # resume only once trainer.spec is set, so the checkpoint's spec is compared with it
     params = spec.trainer.replace(resume_from=None)
     # a test env beyond episode_per_test would run no episode and step for nothing

@@ -62,7 +62,7 @@ class TrainerParams(Config):
     """When the training episodes already satisfy stop_fn, test at once (may stop early)."""
     test_before_train: bool = False
     """Run a test step before the first epoch."""
-    seed: int = param(0, ge=0)
+    seed: int = param(0, ge=0, le=2**32 - 1)
     """Seed of the run's random streams (python, numpy, torch) and of the envs."""
     show_progress: bool = True
     """Show the run and epoch progress bars (in a terminal or notebook only, not when stderr
