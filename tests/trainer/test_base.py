@@ -380,3 +380,17 @@ def test_a_logger_failing_at_an_epochs_end_costs_neither_its_checkpoint_nor_othe
     assert [p.name for p in find_checkpoints(tmp_path / "ck")][-1] == "epoch_000002"
     assert any("epoch_000002" in note for note in raised.value.__notes__)
     assert [step for scope, step in read_jsonl(jsonl.path) if scope == "info"] == [1, 2]
+
+
+@pytest.mark.parametrize("kind", ["on", "off", "offline"])
+def test_a_closed_trainer_refuses_another_epoch_and_an_ended_one_still_stops(kind: str) -> None:
+    """After ``close()`` (the end of a ``with`` block) ``run()`` trained two more epochs on
+    the closed envs; now it is refused, and an ended run's iterator still just ends."""
+    with build(kind, max_epoch=3) as trainer:
+        next(trainer)
+    with pytest.raises(RuntimeError, match=r"next\(\) refused: this trainer was closed"):
+        trainer.run()
+    assert trainer.state.epoch == 1
+    with build(kind, max_epoch=1) as ended:
+        ended.run()
+    assert list(ended) == []

@@ -176,6 +176,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self._ops = HookTable()
         self._in_next = False
         self._next_lock = threading.Lock()  # one next() at a time: a hook's, a thread's
+        self._closed = False  # close() released the envs and the logger: no epoch after it
         self._attach(train_collector, buffer)
         self._check_spaces()
         self._init_state()
@@ -329,6 +330,12 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         if self._finished:
             self._progress.close()  # a hook may have ended the run after the last epoch
             raise StopIteration
+        if self._closed:
+            raise RuntimeError(
+                "next() refused: this trainer was closed (close(), or the end of its `with` "
+                "block), so its envs and logger are released; build a new trainer, or one "
+                f"that resumes: {last_checkpoint_text(self)}"
+            )
         if not self._started:  # another run's records where this one logs: before any work
             self.logger.check_new_run()
         hold_checkpoint_dir(self)
@@ -415,6 +422,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         its logger. Safe to call more than once; the trainer cannot train on afterwards.
         ``with make_trainer(...) as trainer:`` calls it when the block ends, however it
         ends."""
+        self._closed = True
         try:
             close_envs(self)
         finally:
