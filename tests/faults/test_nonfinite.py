@@ -171,3 +171,17 @@ def test_an_env_error_of_the_test_envs_names_the_env_step_and_the_epoch() -> Non
     )
     with pytest.raises(EnvError, match=r"at env step 40 \(epoch 1\); the envs were closed"):
         next(trainer)
+
+
+def test_the_stop_message_is_the_first_fault_and_a_reset_run_starts_without_one() -> None:
+    """An asynchronous collect step in flight may find a second fault after the update's:
+    the message kept is the cause, and reset() starts a run with none."""
+    from epochtrain.trainer.safety import on_nonfinite
+
+    trainer = MAKERS["dqn"](on_nonfinite="stop")
+    on_nonfinite(trainer, NonFiniteError("the loss is nan", where="loss"), "gradient step 3")
+    on_nonfinite(trainer, NonFiniteError("an action is nan", where="act"), "env step 9")
+    message = trainer.nonfinite_message or ""
+    assert "the loss is nan" in message and "action" not in message
+    trainer.reset()
+    assert trainer.nonfinite_message is None and trainer.stop_reason is None

@@ -164,8 +164,6 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             check_writable_dir(self.checkpoint_dir, "checkpoint_dir")
         self.last_checkpoint: Path | None = None
         """The checkpoint last written or loaded (named in fault messages)."""
-        self.nonfinite_message: str | None = None
-        """Why the run stopped with ``stop_reason == "nonfinite"`` (``on_nonfinite="stop"``)."""
         self._checkpoint_lock: CheckpointLock | None = None
         policy.skip_nonfinite = params.on_nonfinite == "skip"
         self.spec: dict[str, Any] | None = None
@@ -232,6 +230,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self.state = RunState()
         """The run's counters (epochs, env and gradient steps, best return, timings)."""
         self.stop_reason: str | None = None
+        self.nonfinite_message: str | None = None
+        """Why the run stopped with ``stop_reason == "nonfinite"`` (``on_nonfinite="stop"``):
+        the first fault found (an asynchronous collect step in flight may find a second)."""
         self.last_test_stat: CollectStats | None = None
         self._broken: str | None = None  # why an epoch stopped part-way (an error in it)
         self._started = False

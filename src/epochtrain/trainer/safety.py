@@ -69,7 +69,8 @@ def on_nonfinite(trainer: BaseTrainer[Any], exc: NonFiniteError, step: str) -> N
             f"{message}. Set on_nonfinite='stop' to end the run there instead{skip}",
             where=exc.where,
         ) from exc
-    trainer.nonfinite_message = message
+    if trainer.nonfinite_message is None:  # the cause; a collect step in flight may add one
+        trainer.nonfinite_message = message
     trainer.request_stop("nonfinite")
 
 
