@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
 from epochtrain.checkpoint import find_checkpoints
 from epochtrain.cli import main
+from epochtrain.factory import UnusedSettingWarning
 from epochtrain.spec import RunSpec
 
 TRAIN = ["train", "--algo", "ppo", "--step-per-epoch", "256", "--no-progress", "--quiet"]
@@ -104,3 +106,18 @@ def test_the_printed_resume_command_of_a_relative_logdir_warns_of_no_changed_dir
     err = capsys.readouterr().err
     assert "changed settings" in err and "trainer.max_epoch: saved 1, now 2" in err
     assert "logdir" not in err and "checkpoint_dir" not in err
+
+
+def test_eval_of_a_run_with_checkpoint_and_logging_settings_warns_of_none_of_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval builds a trainer from the run's spec, without its checkpoint dir or loggers:
+    the run's keep_last and loggers are no setting of the eval, so no warning names them."""
+    run = [*TRAIN, "--max-epoch", "1", "--logdir", str(tmp_path), "--stop-at", "1e9"]
+    assert main([*run, "--keep-last", "5", "--set", 'loggers=["jsonl"]']) == 0
+    (run_dir,) = tmp_path.iterdir()
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnusedSettingWarning)
+        assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    assert "has no effect" not in capsys.readouterr().err

@@ -569,3 +569,66 @@ def test_collect_to_a_folder_that_cannot_be_written_exits_2(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--out" in err and "not writable" in err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["logdir", "logging.logdir"])
+def test_set_logdir_on_train_exits_2_naming_the_logdir_option(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It was replaced by the run directory under --logdir without a word."""
+    mine = tmp_path / "mine"
+    argv = ["train", *SHORT, "--max-epoch", "1", "--logdir", str(tmp_path / "runs")]
+    assert main([*argv, "--no-progress", "--set", f"{name}={mine}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"--set {name}={mine}" in err
+    assert "--logdir DIR" in err and "--logdir '' for no logs" in err
+    assert not list(tmp_path.iterdir())  # before any work: no run directory
+
+
+def test_set_logdir_on_a_resumed_run_exits_2_too(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    quiet, run_dir = one_epoch_run(tmp_path, capsys)
+    resume = ["train", *quiet, "--max-epoch", "2", "--resume", str(run_dir)]
+    assert main([*resume, "--set", f"logdir={tmp_path / 'mine'}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "logs into its own run directory" in err
+    assert not (tmp_path / "mine").exists()
+
+
+def test_td3bc_on_discrete_actions_is_refused_for_its_actions_before_asking_for_a_dataset(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It asked for --dataset first, which the user would record only to be refused."""
+    argv = ["train", "--algo", "td3bc", "--env", "CartPole-v1", "--logdir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "td3bc is for continuous actions" in err
+    assert "--dataset" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_algo_in_capitals_suggests_its_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--algo", "PPO"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.rstrip().endswith("(did you mean 'ppo'?)")
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        ("ALE/Pong-v5", ["pip install ale-py", "'ale_py:ALE/Pong-v5'", "import ale_py"]),
+        ("Nowhere/Thing-v0", ["namespace 'Nowhere'", "'<its module>:Nowhere/Thing-v0'"]),
+    ],
+)
+def test_an_env_in_a_namespace_not_registered_names_its_package_and_the_module_form(
+    env: str, fragments: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It said "Namespace ALE not found ... use an id such as 'CartPole-v1'"."""
+    assert main(["train", "--algo", "ppo", "--env", env, "--logdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert all(fragment in err for fragment in fragments), err
+    assert "CartPole-v1" not in err

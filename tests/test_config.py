@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from epochtrain import ALGORITHMS, PPO, DQNConfig, PPOConfig, TD3Config
-from epochtrain.config import field_docs, fields_info
+from epochtrain.config import close_matches, field_docs, fields_info
+from epochtrain.factory import make_trainer
 
 CARTPOLE = gym.make("CartPole-v1")
 BAD: dict[str, dict[str, Any]] = {
@@ -181,3 +182,13 @@ def test_readme_algorithm_table_lists_the_action_spaces_each_algorithm_accepts()
             else:
                 accepted[name].add(kind)
     assert listed == accepted
+
+
+def test_close_matches_ignore_case() -> None:
+    """``make_trainer("PPO", ...)`` suggested nothing."""
+    assert close_matches("PPO", ["ppo", "dqn"]) == " (did you mean 'ppo'?)"
+    assert close_matches("Batch_Sise", ["batch_size"]) == " (did you mean 'batch_size'?)"
+    assert close_matches("Learning_Rate", ["lr", "gamma"]) == " (did you mean 'lr'?)"
+    assert close_matches("ppo", ["ppo"]) == ""  # a name is no match of itself
+    with pytest.raises(ValueError, match=r"got 'PPO' \(did you mean 'ppo'\?\)"):
+        make_trainer("PPO", "CartPole-v1")

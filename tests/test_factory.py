@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from epochtrain.algorithms import BC, DQN, PPO
 from epochtrain.data import ReplayBuffer
-from epochtrain.factory import make_trainer
+from epochtrain.factory import UnusedSettingWarning, make_envs, make_trainer
 from epochtrain.logger import LazyLogger, TensorboardLogger
 from epochtrain.presets import PRESETS
 from epochtrain.trainer import OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
@@ -311,3 +314,94 @@ def test_a_seed_numpy_cannot_take_is_refused_at_build_naming_it() -> None:
     bounds = r"seed must be int \(>= 0 and <= 4294967295\), got 4294967296"
     with pytest.raises(ValueError, match=bounds):
         make_trainer("ppo", "CartPole-v1", seed=2**32)
+
+
+def _built_with(**kwargs: Any) -> list[warnings.WarningMessage]:
+    """The warnings ``make_trainer("ppo", "CartPole-v1", **kwargs)`` emits."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer("ppo", "CartPole-v1", show_progress=False, **kwargs).close()
+    return caught
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"test_in_train": True, "stop_at": None}, r"test_in_train=True .*stop_at=<return>"),
+        ({"test_in_train": True, "stop_fn": None}, r"test_in_train=True .*no stop_fn"),
+        ({"checkpoint_every": 2}, r"checkpoint_every=2 has no effect: checkpoint_dir is None"),
+        ({"keep_last": 5}, r"keep_last=5 has no effect: .*set checkpoint_dir="),
+        ({"keep_best": False}, r"keep_best=False has no effect: checkpoint_dir is None"),
+        ({"loggers": ("jsonl",)}, r"loggers=\('jsonl',\) has no effect: .*set logdir="),
+        ({"logdir": "unused", "logger": LazyLogger()}, r"logging=.*logger= is the run's logger"),
+    ],
+)
+def test_a_setting_the_built_run_would_not_use_warns_once_at_the_callers_line(
+    kwargs: dict[str, Any], words: str
+) -> None:
+    caught = _built_with(**kwargs)
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert caught[0].category is UnusedSettingWarning
+    assert re.search(words, str(caught[0].message))
+    assert caught[0].filename == __file__  # the user's call, not the factory
+
+
+def test_those_settings_do_not_warn_where_the_run_uses_them(tmp_path: Path) -> None:
+    assert _built_with() == []
+    assert _built_with(test_in_train=True) == []  # the tuned stop_at is the stop condition
+    assert _built_with(test_in_train=True, stop_at=None, stop_fn=lambda best: best > 1) == []
+    ckpts = str(tmp_path / "ckpts")
+    assert _built_with(checkpoint_dir=ckpts, checkpoint_every=2, keep_last=5) == []
+    assert _built_with(logdir=str(tmp_path / "logs"), loggers=("jsonl",)) == []
+    assert _built_with(logger=LazyLogger()) == []
+
+
+def test_a_buffer_passed_with_a_dataset_in_the_spec_warns_that_the_dataset_is_not_loaded(
+    tmp_path: Path,
+) -> None:
+    buffer = ReplayBuffer(10, 1)
+    obs = np.zeros((1, 4), dtype=np.float32)
+    for _ in range(5):
+        buffer.add(
+            obs, np.zeros(1, dtype=np.int64), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), obs
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = make_trainer(
+            "bc", "CartPole-v1", buffer=buffer, dataset="data.buf", show_progress=False
+        )
+    trainer.close()
+    assert [str(w.message) for w in caught] == [
+        "dataset='data.buf' has no effect: buffer= is the data the run learns from, so the "
+        "dataset is not loaded; drop buffer= to learn from the dataset, or set dataset=None"
+    ]
+    assert caught[0].filename == __file__
+
+
+def test_check_spec_refuses_a_policy_for_its_actions_before_asking_for_a_dataset() -> None:
+    from epochtrain.factory import check_spec
+    from epochtrain.spec import RunSpec
+
+    spec = RunSpec.tuned("td3bc", "CartPole-v1")
+    with pytest.raises(ValueError, match=r"td3bc is for continuous actions"):
+        check_spec(spec)
+
+
+def test_a_policy_in_the_wrong_kind_of_trainer_is_refused_in_plain_words() -> None:
+    """It read "it is a offpolicy trainer and PPO learns under ['onpolicy'] trainers"."""
+    from epochtrain.data import Collector
+    from epochtrain.trainer.params import OffpolicyParams
+
+    envs = make_envs("CartPole-v1", 2)
+    ppo = PPO(envs.single_observation_space, envs.single_action_space)
+    with pytest.raises(TypeError) as exc:
+        OffpolicyTrainer(
+            policy=ppo,
+            train_collector=Collector(ppo, envs, ReplayBuffer(100, 2)),
+            params=OffpolicyParams(show_progress=False),
+        )
+    envs.close()
+    assert str(exc.value) == (
+        "OffpolicyTrainer cannot train PPO: it is an off-policy trainer and PPO needs an "
+        "on-policy trainer: use OnpolicyTrainer"
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import shlex
 import sys
 import time
@@ -52,7 +53,18 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}{_choice_hint(message)}\n")
+
+
+def _choice_hint(message: str) -> str:
+    """`` (did you mean 'ppo'?)`` for argparse's "invalid choice: 'PPO' (choose from
+    ...)", by :func:`~epochtrain.config.close_matches` (case ignored), else ``""``."""
+    from epochtrain.config import close_matches
+
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if found is None:
+        return ""
+    return close_matches(found[1], re.findall(r"'([^']*)'", found[2]))
 
 
 class _DefaultsFormatter(
@@ -154,11 +166,15 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     # the checkpoint's own directory is where it is now (below), unless an option says
     resumed = None if base is None else base.with_overrides({"checkpoint_dir": None})
     spec = resolve_spec(args, resumed=resumed)
+    _refuse_logdir_setting(args, spec)
     if "trainer.checkpoint_dir" in _options_given(args, spec) and not spec.trainer.checkpoint_dir:
         spec = spec.with_overrides({"checkpoint_dir": ""})  # `--checkpoint-dir none`: none
     if base is None:
         spec = _as_new_run(args, spec)
     if spec.entry.kind == "offline":
+        from epochtrain.factory import check_spec
+
+        check_spec(spec, dataset=False)  # Discrete actions for TD3+BC: no dataset helps
         _check_dataset(spec)
     if args.logdir:
         check_writable_dir(args.logdir, "--logdir")
@@ -204,6 +220,23 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         }
     )
     return spec, run_dir
+
+
+def _refuse_logdir_setting(args: argparse.Namespace, spec: Any) -> None:
+    """``ValueError`` for ``--set logdir=X`` (or ``logging.logdir``): ``train`` logs into a
+    run directory of its own under ``--logdir`` (a resumed run: the checkpoint's), which
+    would replace the setting without a word."""
+    option = _options_given(args, spec).get("logging.logdir")
+    if option is None:
+        return
+    if args.resume is not None:
+        raise ValueError(
+            f"{option}: a resumed run logs into its own run directory (the checkpoint's); drop it"
+        )
+    raise ValueError(
+        f"{option}: train logs into a new run directory under --logdir, which replaces this "
+        "setting; give the parent folder with --logdir DIR instead (or --logdir '' for no logs)"
+    )
 
 
 def _as_new_run(args: argparse.Namespace, spec: Any) -> Any:

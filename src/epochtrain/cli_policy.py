@@ -130,7 +130,7 @@ def _checkpoint_trainer(
         read_manifest,
         resolve_checkpoint,
     )
-    from epochtrain.factory import make_envs, make_trainer
+    from epochtrain.factory import UnusedSettingWarning, make_envs, make_trainer
     from epochtrain.logger import LazyLogger
     from epochtrain.spec import RunSpec
     from epochtrain.trainer import ObservationNormalizer
@@ -156,7 +156,9 @@ def _checkpoint_trainer(
     dataset = None
     if spec.entry.kind == "offline":  # its trainer needs a dataset to be built
         dataset = _one_transition(make_envs(spec.env_id, 1))
-    trainer = make_trainer(spec, buffer=dataset, logger=LazyLogger(), stop_fn=None)
+    with warnings.catch_warnings():  # the trained run's logging and checkpoint settings
+        warnings.simplefilter("ignore", UnusedSettingWarning)
+        trainer = make_trainer(spec, buffer=dataset, logger=LazyLogger(), stop_fn=None)
     manifest = load_policy(trainer.policy, ckpt)
     for name, state in load_hook_states(ckpt):
         # the policy acts on normalised observations: test it on them, with the run's stats

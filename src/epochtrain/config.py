@@ -189,15 +189,21 @@ def close_matches(name: str, choices: typing.Iterable[str]) -> str:
 
     A name from another library (:data:`OTHER_LIBRARY_NAMES`) suggests its counterparts
     among ``choices`` and nothing else; ``lr`` where only per-network rates exist suggests
-    them (``actor_lr``, ``critic_lr``...); any other name, the closest spellings.
+    them (``actor_lr``, ``critic_lr``...); any other name, the closest spellings. Case is
+    ignored (``PPO`` suggests ``ppo``).
     """
     pool = sorted(set(choices))
-    wanted = OTHER_LIBRARY_NAMES.get(name, (name,))
-    found = [w for w in wanted if w in pool and w != name]
+    lowered: dict[str, list[str]] = {}
+    for choice in pool:
+        lowered.setdefault(choice.lower(), []).append(choice)
+    key = name.lower()
+    wanted = OTHER_LIBRARY_NAMES.get(key, (key,))
+    found = [c for w in wanted for c in lowered.get(w, []) if c != name]
     if "lr" in wanted and "lr" not in pool:
         found += [c for c in pool if c.endswith("_lr")]
-    if not found and name not in OTHER_LIBRARY_NAMES:
-        found = difflib.get_close_matches(name, pool, n=3, cutoff=0.6)
+    if not found and key not in OTHER_LIBRARY_NAMES:
+        close = difflib.get_close_matches(key, list(lowered), n=3, cutoff=0.6)
+        found = [c for w in close for c in lowered[w] if c != name]
     if not found:
         return ""
     return " (did you mean " + " or ".join(repr(f) for f in found) + "?)"

@@ -9,6 +9,7 @@ offline dataset already in memory) are keyword arguments of their own.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from epochtrain.algorithms import Policy
-from epochtrain.config import keeping_ignored
+from epochtrain.config import IgnoredSetting, keeping_ignored
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.data.buffer import rollout_rows
 from epochtrain.data.buffer_storage import check_spaces_memory
@@ -29,7 +30,14 @@ from epochtrain.trainer import BaseTrainer
 from epochtrain.trainer.base import StopFn
 from epochtrain.trainer.hooks import TrainerHook
 
-__all__ = ["check_spec", "make_envs", "make_trainer"]
+__all__ = ["UnusedSettingWarning", "check_spec", "make_envs", "make_trainer"]
+
+
+class UnusedSettingWarning(UserWarning):
+    """:func:`make_trainer` was given a setting the trainer it builds will not use
+    (``keep_last`` without a ``checkpoint_dir``, ...). A caller that builds a trainer from
+    a run's spec for another purpose (``epochtrain eval``, a Tune trial whose checkpoints
+    Tune keeps) filters this category."""
 
 
 class _Unset:
@@ -77,6 +85,8 @@ def make_trainer(
             "spec.with_overrides({...}) instead of passing env_id, seed or overrides"
         )
     entry = ALGORITHMS[spec.algo]
+    for setting in _unused_settings(spec, buffer=buffer, logger=logger, stop_fn=stop_fn):
+        warnings.warn(setting.refusal(), UnusedSettingWarning, stacklevel=2)
     if entry.kind == "offline" and buffer is None:
         buffer = _load_dataset(spec)
     elif entry.kind != "offline" and buffer is not None:
@@ -138,6 +148,61 @@ def make_trainer(
     return trainer
 
 
+def _unused_settings(
+    spec: RunSpec,
+    *,
+    buffer: ReplayBuffer | None,
+    logger: BaseLogger | None,
+    stop_fn: StopFn | _Unset | None,
+) -> list[IgnoredSetting]:
+    """The settings of ``spec`` and arguments of :func:`make_trainer` that the run would
+    not use, given where it logs and checkpoints (which the CLI and sweeps fill in after
+    building the spec, so the spec alone cannot judge them) and the objects passed."""
+    params = spec.trainer
+    found: list[IgnoredSetting] = []
+    no_stop = stop_fn is None or (isinstance(stop_fn, _Unset) and spec.stop_at is None)
+    if no_stop and spec.entry.kind != "offline":  # offline: the spec refuses it already
+        found += params.ignored_if_set(
+            "test_in_train",
+            "it tests early once the training returns meet the stop condition, and the run "
+            "has none (stop_at is None and no stop_fn)",
+            "set stop_at=<return> or pass stop_fn=..., or drop test_in_train",
+        )
+    if params.checkpoint_dir is None:
+        for name in ("checkpoint_every", "keep_last", "keep_best"):
+            found += params.ignored_if_set(
+                name,
+                "checkpoint_dir is None, so no checkpoint is written",
+                f"set checkpoint_dir='DIR' to write checkpoints, or drop {name}",
+            )
+    if logger is not None:
+        if spec.logging != type(spec.logging)():
+            found.append(
+                IgnoredSetting(
+                    "logging",
+                    spec.logging,
+                    "logger= is the run's logger, so the spec's logging settings are not used",
+                    "drop logger= to log as the spec says, or leave spec.logging at its defaults",
+                )
+            )
+    elif spec.logging.logdir is None:
+        found += spec.logging.ignored_if_set(
+            "loggers",
+            "logging.logdir is None, so nothing is logged",
+            "set logdir='DIR' to log, or drop loggers",
+        )
+    if buffer is not None and spec.dataset is not None and spec.entry.kind == "offline":
+        found.append(
+            IgnoredSetting(
+                "dataset",
+                spec.dataset,
+                "buffer= is the data the run learns from, so the dataset is not loaded",
+                "drop buffer= to learn from the dataset, or set dataset=None",
+            )
+        )
+    return found
+
+
 def _stop_at(threshold: float | None) -> StopFn | None:
     if threshold is None:
         return None
@@ -149,15 +214,22 @@ def _stop_at(threshold: float | None) -> StopFn | None:
     return stop_fn
 
 
-def check_spec(spec: RunSpec) -> None:
+def check_spec(spec: RunSpec, *, dataset: bool = True) -> None:
     """Raise what :func:`make_trainer` would raise for the settings of ``spec`` that only
     show when it is built: a policy that cannot act on the env's spaces (DQN on Box
-    actions, ...), a device that cannot hold it, an offline algorithm without its dataset
-    file. Cheap (one env, no data loaded): a sweep checks every run with it first."""
-    if spec.entry.kind == "offline":
-        dataset = _need_dataset(spec)
-        if not dataset.startswith("minari:") and not Path(dataset).is_file():
-            raise FileNotFoundError(f"dataset {dataset!r} of {spec.run_id} is not a file")
+    actions, ...), a device that cannot hold it, then an offline algorithm without its
+    dataset file (``dataset=False`` leaves that to the caller, to say in its own words).
+    The spaces come first: no dataset makes TD3+BC act on Discrete actions. Cheap (one
+    env, no data loaded): a sweep checks every run with it first."""
+    _check_policy(spec)
+    if dataset and spec.entry.kind == "offline":
+        path = _need_dataset(spec)
+        if not path.startswith("minari:") and not Path(path).is_file():
+            raise FileNotFoundError(f"dataset {path!r} of {spec.run_id} is not a file")
+
+
+def _check_policy(spec: RunSpec) -> None:
+    """Build the policy of ``spec`` on one env's spaces, to raise what it refuses."""
     envs = make_envs(spec.env_id, 1)
     try:
         with torch.random.fork_rng(), keeping_ignored():  # the spec judged them

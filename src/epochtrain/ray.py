@@ -192,23 +192,24 @@ class EpochTrainable(tune.Trainable):
         return self._trainer
 
     def _build(self, config: Mapping[str, Any]) -> Any:
-        from epochtrain.factory import make_trainer
+        from epochtrain.factory import UnusedSettingWarning, make_trainer
 
         if self.run_dir is not None:
             return open_trainer(self.run_dir)
         spec = spec_from_config(config)
         logdir = None if spec.logging.logdir is None else self.logdir
-        return make_trainer(
-            spec.with_overrides(
-                {
-                    "logging.logdir": logdir,
-                    "checkpoint_dir": None,  # Tune keeps the checkpoints
-                    "resume_from": None,
-                    "show_progress": False,
-                    "verbose": False,
-                }
-            )
+        spec = spec.with_overrides(
+            {
+                "logging.logdir": logdir,
+                "checkpoint_dir": None,  # Tune keeps the checkpoints (its keep_last unused)
+                "resume_from": None,
+                "show_progress": False,
+                "verbose": False,
+            }
         )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnusedSettingWarning)
+            return make_trainer(spec)
 
     def step(self) -> dict[str, Any]:
         """One epoch; ``done`` once the run has ended. A ``run_dir`` trial writes its

@@ -479,11 +479,46 @@ def check_env_id(env_id: str) -> None:
         )
     try:
         env_spec(env_id)
+    except gym.error.NamespaceNotFound as exc:
+        raise ValueError(_namespace_not_found(env_id)) from exc
     except gym.error.Error as exc:
         raise ValueError(
             f"env_id {env_id!r} is not a registered gymnasium env ({exc}); use an id such as "
             "'CartPole-v1', or 'your_package.envs:YourEnv-v0' for an env your package registers"
         ) from exc
+
+
+_NAMESPACE_PACKAGES: Mapping[str, tuple[str, str]] = types.MappingProxyType(
+    {"ALE": ("ale-py", "ale_py")}
+)
+"""Env namespaces whose package is known: ``{namespace: (pip name, module)}``."""
+
+
+def _namespace_not_found(env_id: str) -> str:
+    """Why ``env_id``'s namespace (``ALE`` of ``ALE/Pong-v5``) is not registered: its
+    package is not imported (gymnasium >= 1.0 imports none by itself), and the
+    ``module:EnvId`` form that imports it."""
+    module, _, name = env_id.rpartition(":")
+    namespace = name.partition("/")[0]
+    known = _NAMESPACE_PACKAGES.get(namespace)
+    if known is not None and not module:
+        pip_name, known_module = known
+        return (
+            f"env_id {env_id!r}: namespace {namespace!r} is registered by the package "
+            f"{pip_name}, which gymnasium does not import by itself: install it (pip install "
+            f"{pip_name}) and pass '{known_module}:{name}', which imports {known_module} first "
+            f"(in Python, `import {known_module}` before building also works)"
+        )
+    if module:
+        return (
+            f"env_id {env_id!r}: the module {module!r} was imported but registers no env in "
+            f"the namespace {namespace!r}: check the id, or name the module that registers it"
+        )
+    return (
+        f"env_id {env_id!r}: no env is registered in the namespace {namespace!r}; install "
+        f"the package that registers it and pass '<its module>:{name}' (the module is "
+        "imported first, which registers its envs)"
+    )
 
 
 def parse_value(text: str) -> Any:

@@ -39,6 +39,13 @@ _TRAINER_OF_KIND: dict[str, str] = {
     "offline": "OfflineTrainer",
 }
 
+_KIND_WORDS: dict[str, str] = {
+    "onpolicy": "an on-policy",
+    "offpolicy": "an off-policy",
+    "offline": "an offline",
+}
+"""A trainer kind in words, with its article."""
+
 
 def check_arguments(
     trainer_cls: type[BaseTrainer[Any]],
@@ -67,10 +74,12 @@ def check_arguments(
         logger=logger,
     )
     if trainer_cls.kind not in policy.trainer_kinds:
+        kinds = sorted(policy.trainer_kinds)
+        policy_name = type(policy).__name__
         raise TypeError(
-            f"{name} cannot train {type(policy).__name__}: it is a {trainer_cls.kind} trainer "
-            f"and {type(policy).__name__} learns under {sorted(policy.trainer_kinds)} "
-            f"trainers; use {_TRAINER_OF_KIND[sorted(policy.trainer_kinds)[0]]}"
+            f"{name} cannot train {policy_name}: it is {_KIND_WORDS[trainer_cls.kind]} "
+            f"trainer and {policy_name} needs {' or '.join(_KIND_WORDS[k] for k in kinds)} "
+            f"trainer: use {' or '.join(_TRAINER_OF_KIND[k] for k in kinds)}"
         )
     hook_list = check_hooks(hooks)
     if params.resume_from is not None and not Path(params.resume_from).exists():
