@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # the names of _EXPORTS, for type checkers and editors ("X as
     from epochtrain.data import Collector as Collector
     from epochtrain.data import PrioritizedReplayBuffer as PrioritizedReplayBuffer
     from epochtrain.data import ReplayBuffer as ReplayBuffer
+    from epochtrain.factory import UnusedSettingWarning as UnusedSettingWarning
     from epochtrain.factory import make_trainer as make_trainer
     from epochtrain.logger import BaseLogger as BaseLogger
     from epochtrain.logger import CSVLogger as CSVLogger
@@ -136,7 +137,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("CheckpointError",),
     "config": ("Config",),
     "data": ("Batch", "Collector", "PrioritizedReplayBuffer", "ReplayBuffer"),
-    "factory": ("make_trainer",),
+    "factory": ("UnusedSettingWarning", "make_trainer"),
     "logger": (
         "BaseLogger",
         "CSVLogger",
