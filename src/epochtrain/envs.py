@@ -26,6 +26,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.async_vector_env import AsyncState
 
 from epochtrain.data.env_snapshots import env_levels
 from epochtrain.extras import require
@@ -91,7 +92,36 @@ def make_envs(
     except gym.error.DependencyNotInstalled as exc:
         # gymnasium's message names the pip command (e.g. gymnasium[box2d], [mujoco])
         raise MissingEnvDependencyError(f"env {env_id!r} needs a package: {exc}") from exc
+    if type(envs) is gym.vector.AsyncVectorEnv:  # make_vec builds it: only its close changes
+        envs.__class__ = _AsyncVectorEnv
     return envs
+
+
+_PENDING_CALL_WAIT = 5.0
+"""Seconds an ``"async"`` vector env's ``close`` waits for the replies of a call still
+pending (one an interrupt cut short) before it ends the env processes."""
+
+
+class _AsyncVectorEnv(gym.vector.AsyncVectorEnv):
+    """gymnasium's ``AsyncVectorEnv`` whose ``close`` cannot wait for ever.
+
+    A Ctrl-C or SIGTERM that lands in ``step_wait``/``reset_wait`` after some env
+    processes' replies were read leaves the call pending; gymnasium's ``close`` (without a
+    timeout) then waits for those replies again, for ever: the interrupted run never
+    stopped. Here ``close`` waits :data:`_PENDING_CALL_WAIT` seconds for a pending call's
+    replies, then (or when they cannot be read) ends the env processes.
+    """
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """Close the envs, ending their processes if a pending call's replies do not come."""
+        if self._state != AsyncState.DEFAULT and not terminate:
+            wait = getattr(self, f"{self._state.value}_wait")
+            try:
+                wait(_PENDING_CALL_WAIT if timeout is None else timeout)
+            except Exception:  # timed out, a reply cut in half, or the env's own error
+                terminate = True
+            self._state = AsyncState.DEFAULT
+        super().close_extras(timeout=timeout, terminate=terminate)
 
 
 _VECTOR_LEVEL = 2**32 - 1

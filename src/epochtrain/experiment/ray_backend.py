@@ -52,20 +52,66 @@ def connect(address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    try:
-        ray.init(
-            address=address,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,  # a trial's output is its run directory
-        )
-    except ConnectionError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RayConnectionError(_unreachable(address, first)) from None
+    with _sigterm_kept():
+        try:
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,  # a trial's output is its run directory
+            )
+        except ConnectionError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RayConnectionError(_unreachable(address, first)) from None
+        except SystemExit as exc:  # Ray's SIGTERM handler, set first thing in ray.init
+            if exc.code != signal.SIGTERM:
+                raise
+            with _sigterm_deferred():
+                ray.shutdown()  # what ray.init had started
+            raise Terminated(f"signal {signal.SIGTERM}") from None
     try:
         yield
     finally:
-        ray.shutdown()
+        with _sigterm_deferred():  # the local Ray stops whole, then the SIGTERM acts
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Put the SIGTERM handler of before the block back after it (main thread only).
+
+    ``ray.init`` sets Ray's own (``sys.exit``, after a C++ stack dump), which would stay for
+    the rest of the process: a SIGTERM outside Tune's run (:func:`_sigterm_stops_tune`)
+    then ended the sweep with exit status 15, or an abort, instead of the CLI's
+    ``terminated`` line and 143.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: set outside Python, cannot be put back
+            signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _sigterm_deferred() -> Iterator[None]:
+    """Hold a SIGTERM received during the block (``ray.shutdown``, which a SIGTERM would cut
+    half-way, leaving Ray's processes) until after it, then deliver it to the handler of
+    before the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        if received:
+            signal.raise_signal(signal.SIGTERM)
 
 
 _QUIET_TUNE = {
@@ -94,9 +140,9 @@ def _sigterm_stops_tune() -> Iterator[list[int]]:
     """SIGTERM during the block stops Tune as Ctrl-C does, through the SIGINT handler Tune
     sets while it runs; the list it yields holds the signals received.
 
-    ``ray.init`` replaces the CLI's SIGTERM handler with Ray's (a stack, exit status 1,
-    trials cut mid-epoch); this one is set after it. A second SIGTERM, or one before Tune
-    set its handler, raises :class:`~epochtrain.errors.Terminated` at once.
+    Outside the block the CLI's handler raises :class:`~epochtrain.errors.Terminated`
+    (:func:`connect` puts it back after ``ray.init`` set Ray's own); inside, a second
+    SIGTERM, or one before Tune set its handler, raises it at once.
     """
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
