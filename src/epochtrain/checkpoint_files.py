@@ -365,6 +365,14 @@ class CheckpointLock:
         record = self._read() or {}
         raise CheckpointError(self._in_use(record))
 
+    def remove_if_stale(self) -> None:
+        """Delete the lock file if its process no longer runs on this host (as a taker
+        would, under ``flock``), without taking the lock: for a directory nobody will write
+        again (a finished run's), whose dead writer's lock no taker would ever remove."""
+        record = self._read()
+        if record is not None and self._stale(record):
+            self._take_over()
+
     def _take_over(self) -> None:
         """Delete the lock file if it is (still) stale, deciding under ``flock`` on the file.
 

@@ -168,7 +168,7 @@ class EpochTrainable(tune.Trainable):
         self.run_dir = None if RUN_DIR_KEY not in config else Path(config[RUN_DIR_KEY])
         self._config = dict(config)
         self._trainer: Any = None
-        self._ended = False  # a run_dir trial that failed or is another sweep's: no save
+        self._ended = False  # a run_dir trial that finished, failed or is another's: no save
         self._begun = False  # step has run an epoch of this config
         self.wall_time = 0.0
         """Seconds this run has spent in ``next(trainer)`` (a restored trial's included)."""
@@ -243,8 +243,12 @@ class EpochTrainable(tune.Trainable):
         done = bool(self.trainer.finished)
         if self.run_dir is None:
             return {**result, "done": done}
-        if done:
+        if done:  # the run's lock goes with its result, as with the local backends: not an
+            # RPC later, when Tune stops the trial (a driver killed meanwhile left it behind)
             finished_result(self.run_dir, self.trainer, self.wall_time)
+            self._ended = True  # its run directory holds everything: nothing left to save
+            self.cleanup()
+            return {**result, "done": True, SHOULD_CHECKPOINT: False}
         # Tune checkpoints a run-directory trial as often as the spec checkpoints the run
         every = self.trainer.params.checkpoint_every
         return {**result, "done": done, SHOULD_CHECKPOINT: self.trainer.state.epoch % every == 0}

@@ -42,6 +42,7 @@ from epochtrain.experiment.progress import Progress
 from epochtrain.experiment.results import Experiment, load_experiment
 from epochtrain.experiment.runs import (
     close_envs,
+    drop_stale_lock,
     failed_result,
     finished_result,
     hold_run,
@@ -169,6 +170,9 @@ def run_experiment(
     with cluster:
         _check_specs(specs)
         run_dirs = prepare_runs(specs, root)
+        for run_dir in run_dirs:
+            if is_finished(run_dir):
+                drop_stale_lock(run_dir)
         pending = _not_held([d for d in run_dirs if not is_finished(d)])
         check_writable(root, pending)
         if backend == "lockstep":

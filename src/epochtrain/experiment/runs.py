@@ -37,6 +37,7 @@ __all__ = [
     "check_format",
     "check_same_run",
     "close_envs",
+    "drop_stale_lock",
     "failed_result",
     "finished_result",
     "flatten",
@@ -381,6 +382,15 @@ def note_in_use(run_dir: Path, holder: str) -> None:
         f"(if that sweep has ended without releasing it, delete {os.fspath(lock)!r})",
         stacklevel=2,
     )
+
+
+def drop_stale_lock(run_dir: Path) -> None:
+    """Remove the checkpoint lock a dead process of this host left in ``run_dir`` (a sweep
+    killed between the run's ``result.json`` and the lock's release: a finished run is
+    never opened again, so no taker would remove it). Best effort: a read-only copy keeps it.
+    """
+    with contextlib.suppress(OSError):
+        CheckpointLock(run_dir / CHECKPOINTS).remove_if_stale()
 
 
 def is_finished(run_dir: Path) -> bool:
