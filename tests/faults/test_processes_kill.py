@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from epochtrain.experiment import grid, process_worker
+from epochtrain.experiment import grid
 from epochtrain.experiment import processes as backend
 from epochtrain.experiment.prepare import prepare_runs
 from epochtrain.experiment.progress import Progress
@@ -161,7 +161,7 @@ def test_a_worker_that_dies_between_runs_fails_the_pool_not_the_sweep(
 ) -> None:
     # its closed pipe, seen before its exit, made the driver hand it the next run, and an
     # assertion ended the sweep with a traceback
-    monkeypatch.setattr(process_worker, "_serve", says_its_run_ended_then_dies)
+    monkeypatch.setattr(backend, "_serve", says_its_run_ended_then_dies)
     run_dirs = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0, 1], **FAST), tmp_path)
     with Progress(run_dirs, run_dirs, enabled=False) as progress:
         backend.run_processes(run_dirs, 1, progress, max_failures=0)

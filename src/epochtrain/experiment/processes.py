@@ -1,4 +1,4 @@
-"""The ``"processes"`` backend's driver: runs in a pool of spawned workers, stopped together.
+"""The ``"processes"`` backend: runs in a pool of spawned workers, stopped together.
 
 The driver (the process in :func:`run_processes`) holds a pipe to each worker: it hands an
 idle worker the next run, and the worker sends the run's progress and status back. None of
@@ -19,42 +19,62 @@ interrupts its run the same way at once, and exits. Interrupted runs get no
 (the OOM killer) takes its pool down: the runs not ended start again in a new pool from
 their latest checkpoints, ``max_failures`` times (:func:`run_processes`).
 
-Workers ignore SIGINT (:mod:`epochtrain.experiment.process_worker`): a terminal's Ctrl-C
-reaches the whole process group, and each run must be interrupted once, by its worker's
-watcher. They are born with SIGINT blocked (the signal mask is inherited across fork and
-exec), so a Ctrl-C while one still imports torch stays pending until the worker discards
-it. The parent holds SIGINT meanwhile and raises it once the workers are spawned: it is
-late, never lost (an ignored disposition instead of the mask would drop a Ctrl-C pressed
-during the spawning).
+Workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and each run
+must be interrupted once, by its worker's watcher, not twice. They are born with SIGINT
+blocked (the signal mask is inherited across fork and exec), so a Ctrl-C while one still
+imports torch stays pending, and ignoring SIGINT in :func:`_init_worker` discards it: no
+``KeyboardInterrupt`` traceback from any of them. The parent holds SIGINT meanwhile and
+raises it once the workers are spawned: it is late, never lost (an ignored disposition
+instead of the mask would drop a Ctrl-C pressed during the spawning). SIGTERM, with which
+a broken pool stops its workers, interrupts a worker's run as Ctrl-C would; an idle
+worker just exits (:func:`_sigterm_handler`).
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
 
 from epochtrain.checkpoint_files import deferred_signals
-from epochtrain.experiment import process_worker
-from epochtrain.experiment.process_worker import IN_USE, _failed
+from epochtrain.errors import terminated_handler
 from epochtrain.experiment.progress import Progress
-from epochtrain.experiment.runs import is_finished, note_in_use, run_in_use
+from epochtrain.experiment.runs import (
+    close_envs,
+    failed_result,
+    finished_result,
+    hold_run,
+    in_use_error,
+    is_finished,
+    note_in_use,
+    open_trainer,
+    run_in_use,
+    spec_of,
+    timed_epoch,
+)
 
 __all__ = ["IN_USE", "STOP_GRACE", "run_processes"]
 
 STOP_GRACE = 30.0
 """Seconds the workers get to end their interrupted runs before they are killed."""
+
+IN_USE = "in use"
+"""What a worker returns for a run another live sweep holds: skipped, its files untouched."""
 
 
 def run_processes(
@@ -139,14 +159,11 @@ class _Seat:
 
 
 def _spawn_worker(stop_reader: Connection) -> _Seat:
-    """Start a worker process (:func:`~epochtrain.experiment.process_worker._serve`, looked
-    up there as it starts) with a pipe of its own."""
+    """Start a worker process (:func:`_serve`) with a pipe of its own."""
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
     process = ctx.Process(
-        target=process_worker._serve,
-        args=(there, stop_reader, os.getpid()),
-        name="epochtrain-sweep-worker",
+        target=_serve, args=(there, stop_reader, os.getpid()), name="epochtrain-sweep-worker"
     )
     process.start()
     there.close()
@@ -331,13 +348,77 @@ def _how_it_ended(process: SpawnProcess) -> str:
     return f"worker process {process.pid} exited with status {code}"
 
 
+class _Events(Protocol):
+    def put(self, item: tuple[str, str, Any], /) -> None: ...
+
+
+class _StopFlag(Protocol):
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+@dataclass
+class _ToDriver:
+    """A worker's events, sent up its pipe; dropped once the driver is gone (the stop pipe
+    has closed with it, so the run is being interrupted)."""
+
+    conn: Connection
+
+    def put(self, item: tuple[str, str, Any], /) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(item)
+
+
+@dataclass
+class _StopPipe:
+    """A worker's end of the pool's stop pipe: set once the driver has closed its end, to
+    stop the pool, or has died."""
+
+    reader: Connection
+
+    def is_set(self) -> bool:
+        return self.reader.poll()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return bool(wait([self.reader], timeout))
+
+
+@dataclass
+class _Worker:
+    """A pool process's state: where its events go, and whether it may run (or is)."""
+
+    events: _Events
+    stop: _StopFlag
+    parent_pid: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    running: bool = False
+    stopped: bool = False
+    """A run of this worker was interrupted: by the stop, or by the SIGTERM with which a
+    broken pool stops its workers; either way, no further run may start here."""
+
+    def parent_gone(self) -> bool:
+        return os.getppid() != self.parent_pid
+
+    def watch(self) -> None:
+        """Interrupt the run in progress once the pool is stopped or the driver has died
+        (either closes the stop pipe). An idle worker ends as the driver's end of its own
+        pipe closes."""
+        self.stop.wait()
+        with self.lock:
+            if self.running:
+                _thread.interrupt_main(signal.SIGTERM)
+
+
+_worker: _Worker | None = None  # in a pool process: its state
+
+
 @contextlib.contextmanager
 def _workers_born_with_sigint_blocked() -> Iterator[None]:
     """SIGINT blocked in this thread for the block, so the workers it spawns are born with
-    it blocked (:func:`~epochtrain.experiment.process_worker._init_worker` then ignores it
-    and unblocks it); a Ctrl-C meanwhile is held and raised after the block
-    (:func:`deferred_signals`), not lost. Main thread only: elsewhere the block runs
-    unchanged (signal handlers are the main thread's).
+    it blocked (:func:`_init_worker` then ignores it and unblocks it); a Ctrl-C meanwhile
+    is held and raised after the block (:func:`deferred_signals`), not lost. Main thread
+    only: elsewhere the block runs unchanged (signal handlers are the main thread's).
 
     Multiprocessing's resource tracker, which a POSIX spawn starts if it is not running,
     unblocks SIGINT in the thread that starts it: it is started before the block."""
@@ -352,3 +433,115 @@ def _workers_born_with_sigint_blocked() -> Iterator[None]:
             yield
         finally:  # a SIGINT pending meanwhile arrives here, and is held
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _sigterm_handler() -> Callable[[int, FrameType | None], None]:
+    """A worker's SIGTERM handler (a broken pool stops its workers with SIGTERM): the run
+    in progress is interrupted as by Ctrl-C (:func:`terminated_handler`); an idle worker
+    ends as SIGTERM's default would, quietly, instead of a traceback of ``Terminated``
+    raised where it waits for work."""
+    as_ctrl_c = terminated_handler()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        worker = _worker
+        if worker is not None and not worker.running:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        as_ctrl_c(signum, frame)
+
+    return handler
+
+
+def _init_worker(events: _Events, stop: _StopFlag, parent_pid: int) -> None:
+    import torch
+
+    global _worker
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C pending since birth
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, _sigterm_handler())  # the stop: as Ctrl-C
+    _worker = _Worker(events, stop, parent_pid)
+    threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
+
+
+def _serve(conn: Connection, stop_reader: Connection, parent_pid: int) -> None:
+    """A worker process: run what the driver hands over, one run at a time, and say how
+    each ended (:func:`_run_in_worker`), until the driver closes the pipe (no more runs),
+    stops the pool or dies, or a run of this worker is interrupted."""
+    _init_worker(_ToDriver(conn), _StopPipe(stop_reader), parent_pid)
+    worker = _worker
+    assert worker is not None, "_init_worker sets it"
+    with contextlib.suppress(KeyboardInterrupt):  # a stop that came as its run ended
+        while not (worker.stopped or worker.stop.is_set()):  # a stopped pool waits for it
+            try:
+                run_dir_name = conn.recv()
+            except Exception:  # EOFError: no more runs, or the driver has died
+                break
+            try:
+                status: str | BaseException = _run_in_worker(run_dir_name)
+            except Exception as exc:  # recording the run's end failed: the driver records it
+                status = _sendable(exc)
+            worker.events.put((run_dir_name, "end", status))
+    if worker.parent_gone():  # its run is closed; an interpreter's exit would take seconds
+        os._exit(1)
+
+
+def _sendable(exc: Exception) -> BaseException:
+    """``exc``, or a ``RuntimeError`` naming it if it cannot be pickled."""
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _failed(run_dir: Path, exc: BaseException) -> str:
+    """Record ``run_dir`` as failed with ``exc`` under its lock (its trainer's, or taken for
+    the write): ``"failed"``, or :data:`IN_USE` if another sweep has taken the run since
+    (nothing written)."""
+    with hold_run(run_dir) as ours:
+        if ours:
+            failed_result(run_dir, spec_of(run_dir), exc)
+    return "failed" if ours else IN_USE
+
+
+def _run_in_worker(run_dir_name: str) -> str:
+    """Run one run to its end in a pool process: ``"finished"``, ``"failed"``,
+    ``"interrupted"`` (told to stop: no result written, the run resumes next time) or
+    :data:`IN_USE` (another sweep runs it: nothing written)."""
+    worker = _worker
+    assert worker is not None, "_init_worker runs first in every pool process"
+    with worker.lock:
+        if worker.stopped or worker.stop.is_set() or worker.parent_gone():
+            return "interrupted"
+        worker.running = True
+    worker.events.put((run_dir_name, "begin", 0))  # a failure counts from here
+    run_dir = Path(run_dir_name)
+    trainer = None
+    try:
+        if run_in_use(run_dir) is not None:
+            return IN_USE
+        trainer = open_trainer(run_dir)
+        wall_time = trainer.state.total_time  # of the sessions before, from the checkpoint
+        worker.events.put((run_dir_name, "start", trainer.state.epoch))
+        while True:
+            more, seconds = timed_epoch(trainer)
+            wall_time += seconds
+            if not more:
+                break
+            worker.events.put((run_dir_name, "epoch", trainer.state.epoch))
+        finished_result(run_dir, trainer, wall_time)
+        return "finished"
+    except KeyboardInterrupt:  # told to stop, or stopped by a pool another worker broke
+        worker.stopped = True
+        return "interrupted"
+    except Exception as exc:
+        if in_use_error(run_dir, exc) is not None:
+            return IN_USE
+        return _failed(run_dir, exc)
+    finally:
+        with worker.lock:
+            worker.running = False
+        if trainer is not None:
+            close_envs(trainer)
