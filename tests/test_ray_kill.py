@@ -98,18 +98,6 @@ def test_a_sigterm_while_the_sweep_starts_or_stops_its_ray_ends_it_as_terminated
         assert '"status": "finished"' in (run_dir / "result.json").read_text()
 
 
-class _Trial:
-    """The fields of a Tune trial that ``_TrialInfo`` reads, for a trainable outside Tune."""
-
-    def __init__(self, trial_id: str) -> None:
-        self.trial_id = trial_id
-        self.placement_group_factory = None
-        self.experiment_dir_name = "test"
-
-    def __str__(self) -> str:
-        return self.trial_id
-
-
 def test_a_trial_releases_its_runs_lock_with_the_runs_result(tmp_path: Path) -> None:
     # before: the lock was released only when Tune stopped the trial, an RPC later; a
     # driver killed meanwhile left it in the finished run (1 of 12 kill trials)
@@ -120,6 +108,7 @@ def test_a_trial_releases_its_runs_lock_with_the_runs_result(tmp_path: Path) -> 
     from epochtrain.experiment.prepare import prepare_runs
     from epochtrain.ray import EpochTrainable
     from tests.experiment.settings import FAST
+    from tests.test_ray import _Trial
 
     run_dir = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0], **FAST), tmp_path)[0]
     config = {"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial("t"))}
