@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -22,10 +23,11 @@ from gymnasium.vector import AutoresetMode
 from epochtrain import DQN, Collector, ReplayBuffer, make_trainer
 from epochtrain.algorithms.base import Policy, categorical_sample, normal_like
 from epochtrain.algorithms.ddpg import DDPG
+from epochtrain.algorithms.dqn import DQNTrainingStats
 from epochtrain.algorithms.ppo import PPO
 from epochtrain.algorithms.sac import SAC
 from epochtrain.algorithms.td3 import TD3
-from epochtrain.data.batch import ActResult, Obs
+from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.logger import BaseLogger, Scope
 from epochtrain.trainer import BaseTrainer, OffpolicyTrainer
@@ -237,7 +239,36 @@ def test_the_buffer_and_counters_match_a_synchronous_run_and_the_utd_ratio_is_lo
         < last["train/gradient_steps_per_env_step"]
         <= run.state.gradient_step / run.state.env_step
     )
-    assert run.async_overlap_time > 0.0
+    # with a tiny update the worker thread may not be scheduled before it ends: the
+    # overlap can be 0 here; WaitingDQN below makes it certain
+    assert run.async_overlap_time == pytest.approx(
+        sum(data["train/overlap_time"] for _, data in ratios)
+    )
+
+
+class WaitingDQN(DQN):
+    """DQN whose first update waits until its actor copy acts in the worker thread."""
+
+    acting = threading.Event()  # shared by the learner and its actor copy
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+        if threading.current_thread() is not threading.main_thread():
+            self.acting.set()
+        return super().act(obs, deterministic)
+
+    def learn(self, batch: Batch) -> DQNTrainingStats:
+        if not self.acting.is_set():
+            assert self.acting.wait(timeout=30.0), "no collect step ran during the update"
+        return super().learn(batch)
+
+
+def test_collection_during_an_update_counts_as_overlap_time() -> None:
+    WaitingDQN.acting.clear()
+    envs = gym.vector.SyncVectorEnv([FaultyEnv] * 2)
+    trainer = small_dqn(envs, WaitingDQN, max_epoch=1)
+    trainer.run()
+    assert WaitingDQN.acting.is_set()
+    assert trainer.async_overlap_time > 0.0
 
 
 # ------------------------------------------------------------------ faults
