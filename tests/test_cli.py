@@ -58,7 +58,7 @@ def test_bad_options_exit_2_with_one_line(
     ("extra", "fragment"),
     [
         (["--algo", "ppo", "--max-epoch", "0"], "max_epoch"),
-        (["--algo", "ppo", "--env", "NoSuchEnv-v0"], "env_id"),
+        (["--algo", "ppo", "--env", "NoSuchEnv-v0"], "--env NoSuchEnv-v0 is not"),
         (["--algo", "dqn", "--env", "Pendulum-v1"], "action_space"),
         (["--algo", "ppo", "--device", "cuda"], "device"),
         (["--algo", "ppo", "--seed", "-1"], "seed"),
@@ -542,7 +542,7 @@ def test_collect_on_an_unknown_env_exits_2_with_one_line(
     argv = ["collect", "--env", "NoSuchEnv-v0", "--random", "--steps", "10"]
     assert main([*argv, "--out", str(tmp_path / "d.buf")]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "'NoSuchEnv-v0' is not a registered" in err
+    assert len(err.strip().splitlines()) == 1 and "--env NoSuchEnv-v0 is not a registered" in err
 
 
 def test_collect_to_a_path_under_a_file_exits_2_before_recording(
@@ -632,3 +632,65 @@ def test_an_env_in_a_namespace_not_registered_names_its_package_and_the_module_f
     assert len(err.strip().splitlines()) == 1
     assert all(fragment in err for fragment in fragments), err
     assert "CartPole-v1" not in err
+
+
+@pytest.mark.parametrize("command", ["train", "config", "collect", "eval"])
+def test_help_is_plain_text_without_docstring_markup(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    for markup in ["``", ":func:", ":class:", ":data:", ":mod:", ":meth:", "`"]:
+        assert markup not in out, markup
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["train", "--algo", "ppo", "--device", "tpu"],
+            "epochtrain: error: --device must be a torch device such as 'cpu' or 'cuda:0', "
+            "got 'tpu'",
+        ),
+        (
+            ["train", "--algo", "ppo", "--env", "NoSuchEnv-v0"],
+            "epochtrain: error: --env NoSuchEnv-v0 is not a registered gymnasium env",
+        ),
+        (
+            ["train", "--algo", "ppo", "--env", "no_such_module:Foo-v0"],
+            "epochtrain: error: --env no_such_module:Foo-v0: the module 'no_such_module'",
+        ),
+        (
+            ["train", "--algo", "ppo", "--seed", "-1"],
+            "epochtrain: error: --seed must be int (>= 0 and <= 4294967295), got -1: give "
+            "--seed within",
+        ),
+        (
+            ["train", "--algo", "ppo", "--set", "device=tpu"],
+            "epochtrain: error: --device must be a torch device",
+        ),
+        (
+            [
+                "collect",
+                "--env",
+                "NoSuchEnv-v0",
+                "--random",
+                "--steps",
+                "10",
+                "--out",
+                "{tmp}/x.buf",
+            ],
+            "epochtrain: error: --env NoSuchEnv-v0 is not a registered gymnasium env",
+        ),
+    ],
+)
+def test_errors_name_the_options_not_the_python_parameters(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = [word.replace("{tmp}", str(tmp_path)) for word in argv]
+    assert main([*argv, *(["--logdir", str(tmp_path)] if argv[0] == "train" else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line), err
+    assert "device=" not in err and "env_id" not in err and "Params.seed" not in err
+    assert list(tmp_path.iterdir()) == []  # refused before any run directory

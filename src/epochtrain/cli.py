@@ -42,7 +42,7 @@ from epochtrain.spec_args import (
 if TYPE_CHECKING:
     from epochtrain.trainer.params import SettingsMismatchError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "command_words", "main", "plain_text"]
 
 # Errors found before any work starts: a one-line message and exit status 2 (a missing
 # optional extra is an ImportError subclass naming the pip command). Every command uses it.
@@ -67,17 +67,62 @@ def _choice_hint(message: str) -> str:
     return close_matches(found[1], re.findall(r"'([^']*)'", found[2]))
 
 
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`]*)`")
+_LITERAL = re.compile(r"``([^`]*)``")
+_CODE = re.compile(r"`([^`]*)`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` (docstrings: the settings' help) without its reStructuredText markup, for
+    ``--help``: ````name```` is ``name``, ``:func:`~a.b.f``` is ``f`` and
+    ``:func:`a.b.f``` is ``a.b.f``, a Markdown ```code``` is ``code``."""
+    text = _ROLE.sub(lambda m: m[2].rpartition(".")[2] if m[1] else m[2], text)
+    return _CODE.sub(r"\1", _LITERAL.sub(r"\1", text))
+
+
+_PYTHON_WORDS: dict[str, list[tuple[re.Pattern[str], str]]] = {
+    "--device": [
+        (re.compile(r"\bdevice='([^']*)'"), r"--device \1"),
+        (re.compile(r"(?<![\w.-])(?:[A-Z]\w*\.)?device must be"), "--device must be"),
+    ],
+    "--env": [(re.compile(r"\benv_id '([^']*)'"), r"--env \1")],
+    "--seed": [
+        (re.compile(r"(?<![\w.-])(?:[A-Z]\w*\.)?seed must be"), "--seed must be"),
+        (re.compile(r"\bset seed within"), "give --seed within"),
+    ],
+}
+"""The words of the Python API for settings whose option is named otherwise (or that
+:func:`~epochtrain.spec_args.flag_words` leaves: one-word names), and the option's."""
+
+
+def command_words(
+    message: str, options: Sequence[str] = tuple(_PYTHON_WORDS), *, spec_flags: bool = True
+) -> str:
+    """``message`` (an error in the Python API's words) in the words of a command that has
+    ``options``: ``device='cuda'`` is ``--device cuda``, ``env_id 'X'`` is ``--env X``; with
+    ``spec_flags`` (``train``, ``config``: a flag per spec setting) every setting with a
+    flag is named with it too (:func:`~epochtrain.spec_args.flag_words`). Only a command's
+    own options are named (``eval`` has no ``--env``: its env is the checkpoint's)."""
+    for option in options:
+        for pattern, words in _PYTHON_WORDS.get(option, []):
+            message = pattern.sub(words, message)
+    return flag_words(message) if spec_flags else message
+
+
 class _DefaultsFormatter(
     argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter
 ):
     """Appends ``(default: ...)`` to an option's help unless the help already states it;
-    the epilog (the settings table) keeps its line breaks."""
+    the epilog (the settings table) keeps its line breaks; docstring markup is left out."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if "default" in text or action.required or action.default is None:
-            return text
-        return super()._get_help_string(action)
+            return plain_text(text)
+        return plain_text(super()._get_help_string(action) or "")
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,7 +461,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         spec, run_dir = _prepare_train(args)
     except USAGE_ERRORS as exc:  # found before any work
-        print(f"epochtrain: error: {flag_words(str(exc))}", file=sys.stderr)
+        print(f"epochtrain: error: {command_words(str(exc))}", file=sys.stderr)
         return 2
     try:
         trainer = make_trainer(spec)
@@ -424,7 +469,7 @@ def _train(args: argparse.Namespace) -> int:
         if run_dir is not None and args.resume is None:
             with contextlib.suppress(OSError):
                 run_dir.rmdir()  # the new run directory, while nothing is in it
-        message = flag_words(str(exc))
+        message = command_words(str(exc))
         if args.resume is not None and isinstance(exc, SettingsMismatchError):
             message = _resume_mismatch(args, spec, exc)
         print(f"epochtrain: error: {message}", file=sys.stderr)
@@ -485,7 +530,7 @@ def _config(args: argparse.Namespace) -> int:
     try:
         spec = resolve_spec(args)
     except USAGE_ERRORS as exc:
-        print(f"epochtrain: error: {flag_words(str(exc))}", file=sys.stderr)
+        print(f"epochtrain: error: {command_words(str(exc))}", file=sys.stderr)
         return 2
     print(spec.to_json() if args.json else spec.to_toml(), end="" if not args.json else "\n")
     return 0
@@ -507,7 +552,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with sigterm_as_interrupt(), warnings.catch_warnings():
             warnings.showwarning = _warning_line
-            return _main(argv)
+            try:
+                return _main(argv)
+            finally:  # ended (--help and bad options too): when the process is this command,
+                if argv is None:  # a signal in its exit would only kill it, status -2 or -15
+                    ignore_further_interrupts()
     except KeyboardInterrupt as exc:
         if argv is None:  # the process is this command, and it ends here: a second Ctrl-C
             ignore_further_interrupts()  # would only print a traceback of the exit

@@ -6,7 +6,9 @@ trainer goes back to its last complete epoch, the sweep's workers stop (see
 status is 128 plus the signal number, as a shell reports a process the signal killed:
 130 after Ctrl-C, 143 after SIGTERM. So it is, too, while the command still imports its
 modules (torch with them, for seconds: :func:`exit_at_interrupt`); ``import epochtrain``
-imports none of them, so the command is in charge from its start.
+imports none of them, so the command is in charge from its start. Once the command has
+returned, the process ignores both signals (:func:`ignore_further_interrupts`): one landing
+in the interpreter's exit does not turn a finished command's status into a kill by it.
 
 A checkpoint that cannot be written, or another write the machine refuses (a full disk
 or quota, a file-size limit, a read-only file system: :func:`is_file_fault`), ends the
@@ -52,15 +54,21 @@ _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Raise :class:`Terminated` at SIGTERM inside the block (main thread only: signal
-    handlers can only be set there; elsewhere the block runs unchanged)."""
+    handlers can only be set there; elsewhere the block runs unchanged).
+
+    The handler before the block comes back at its end, unless the block replaced this
+    one: :func:`ignore_further_interrupts` at the end of a command stays in force, with no
+    moment between in which a SIGTERM would kill the process."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, terminated_handler())
+    handler = terminated_handler()
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -97,12 +105,13 @@ def exit_at_interrupt(argv: list[str]) -> Iterator[None]:
 def ignore_further_interrupts() -> None:
     """Ignore SIGINT and SIGTERM from now on (main thread only; elsewhere nothing changes).
 
-    For the process of a command that was interrupted and has printed its line
-    (:func:`interrupted_line`): its runs are stopped and their files safe, and all that is
-    left is the interpreter's exit (threads joined, atexit callbacks, torch's finalizers,
-    a tenth of a second or more). A second Ctrl-C there changes nothing but printing a
-    traceback of whichever of them it lands in, and ending the process by SIGINT instead
-    of with its exit status. Not for a program that goes on after the command returns.
+    For the process of a command that has ended (its results complete) or was interrupted
+    and has printed its line (:func:`interrupted_line`): its runs are stopped and their
+    files safe, and all that is left is the interpreter's exit (threads joined, atexit
+    callbacks, torch's finalizers, a tenth of a second or more). A Ctrl-C or SIGTERM there
+    changes nothing but printing a traceback of whichever of them it lands in, and ending
+    the process by the signal instead of with its exit status. Not for a program that goes
+    on after the command returns.
     """
     if threading.current_thread() is not threading.main_thread():
         return
@@ -124,18 +133,47 @@ def is_file_fault(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS
 
 
+def _is_resume(word: str) -> bool:
+    """True for ``--resume``, ``--resume=PATH`` or an abbreviation of it that argparse takes
+    (``--res``: ``--re`` is also ``--repeat-per-collect``)."""
+    name = word.partition("=")[0]
+    return len(name) >= len("--res") and "--resume".startswith(name)
+
+
+def _without_resume(argv: list[str]) -> list[str]:
+    """``argv`` less its ``--resume PATH`` (or ``--resume=PATH``)."""
+    kept: list[str] = []
+    skip_value = False
+    for word in argv:
+        if skip_value:
+            skip_value = False
+        elif _is_resume(word):
+            skip_value = "=" not in word
+        else:
+            kept.append(word)
+    return kept
+
+
 def _continue_with(exc: BaseException, argv: list[str]) -> str | None:
     """What was kept and the command that continues from it, or None when nothing was."""
     if argv[:1] == ["sweep"]:
         command = shlex.join(["epochtrain", *argv])
         return f"finished runs and checkpoints are kept; continue with the same command: {command}"
-    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(LAST_CHECKPOINT_NOTE)]
-    if argv[:1] != ["train"] or not notes:
+    if argv[:1] != ["train"]:
         return None
-    ckpt = notes[-1][len(LAST_CHECKPOINT_NOTE) :]
-    args = [a for i, a in enumerate(argv) if a != "--resume" and argv[i - 1 : i] != ["--resume"]]
-    command = shlex.join(["epochtrain", *args, "--resume", str(Path(ckpt).parent)])
-    return f"last checkpoint {ckpt}; resume with: {command}"
+    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(LAST_CHECKPOINT_NOTE)]
+    if notes:
+        ckpt = notes[-1][len(LAST_CHECKPOINT_NOTE) :]
+        args = _without_resume(argv)
+        command = shlex.join(["epochtrain", *args, "--resume", str(Path(ckpt).parent)])
+        return f"last checkpoint {ckpt}; resume with: {command}"
+    if any(_is_resume(word) for word in argv):  # stopped before its first new checkpoint
+        command = shlex.join(["epochtrain", *argv])
+        return (
+            "no new checkpoint was written and the run's checkpoints are kept; resume with "
+            f"the same command: {command}"
+        )
+    return None
 
 
 def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
@@ -143,8 +181,10 @@ def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
 
     ``sweep`` continues by running the same command again (finished runs are skipped, the
     others resume from their latest checkpoints); ``train`` with ``--resume`` and the run
-    directory of the last checkpoint the interrupt carries; the other commands keep
-    nothing to continue from.
+    directory of the last checkpoint the interrupt carries; ``train --resume PATH`` stopped
+    before it wrote a checkpoint of its own by the same command (the checkpoints it
+    resumes from are untouched); a new ``train`` stopped then has nothing to resume; the
+    other commands keep nothing to continue from.
     """
     what = "terminated" if isinstance(exc, Terminated) else "interrupted"
     then = _continue_with(exc, argv)

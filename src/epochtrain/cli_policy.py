@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from epochtrain.cli import USAGE_ERRORS
+from epochtrain.cli import USAGE_ERRORS, command_words
 
 __all__ = ["add_collect_parser", "add_eval_parser", "run_collect", "run_eval"]
 
@@ -201,7 +201,10 @@ def run_eval(args: argparse.Namespace) -> int:
             args.path, args.device, min(args.episodes, 10)
         )
     except USAGE_ERRORS as exc:
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        print(
+            f"epochtrain: error: {command_words(str(exc), ['--device'], spec_flags=False)}",
+            file=sys.stderr,
+        )
         return 2
     with trainer:  # its envs close at the end (their processes with env_backend="async")
         return _evaluate(args, trainer, ckpt, manifest)
@@ -345,7 +348,10 @@ def run_collect(args: argparse.Namespace) -> int:
             check_writable_dir(out.parent if out.exists() else out, "--out")
         policy, description, transform = _collect_policy(args)
     except refused as exc:
-        print(f"epochtrain: error: {exc}", file=sys.stderr)
+        print(
+            f"epochtrain: error: {command_words(str(exc), ['--env'], spec_flags=False)}",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out)
     if args.format == "minari":

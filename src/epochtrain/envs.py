@@ -26,7 +26,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.async_vector_env import AsyncState
+from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
 from epochtrain.data.env_snapshots import env_levels
 from epochtrain.extras import require
@@ -82,12 +82,12 @@ def make_envs(
         return EnvPoolVectorEnv(env_id, num_envs)
     if backend not in ("sync", "async"):
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    if backend == "async":
+        vector_kwargs["worker"] = _env_process
     try:
         envs: gym.vector.VectorEnv[Any, Any, Any] = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode=backend,
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            env_id, num_envs=num_envs, vectorization_mode=backend, vector_kwargs=vector_kwargs
         )
     except gym.error.DependencyNotInstalled as exc:
         # gymnasium's message names the pip command (e.g. gymnasium[box2d], [mujoco])
@@ -95,6 +95,24 @@ def make_envs(
     if type(envs) is gym.vector.AsyncVectorEnv:  # make_vec builds it: only its close changes
         envs.__class__ = _AsyncVectorEnv
     return envs
+
+
+def _env_process(*args: Any) -> None:
+    """The main function of an ``"async"`` vector env's process: gymnasium's, which ends
+    quietly when the run's process is gone.
+
+    gymnasium's worker reports every error of its env to the parent through its pipe, so
+    the pipe's own errors are all that can leave it: the parent's end closed in every
+    process (it was killed, ``kill -9`` or the OOM killer), leaving nobody to tell. The
+    worker then read EOF (or, mid-reply, a reset connection), and its report of that failed
+    with a ``BrokenPipeError`` traceback on the terminal it shares with the dead run, once
+    per env process. Here that ends the process (its env closed, as gymnasium's ``finally``
+    does) with nothing printed.
+    """
+    try:
+        _async_worker(*args)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return  # the parent is gone
 
 
 _PENDING_CALL_WAIT = 5.0

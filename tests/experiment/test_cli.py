@@ -80,7 +80,7 @@ def test_sweep_reports_bad_input_in_one_line_with_status_2(
     args = parse(["sweep", "--algo", "ppo", "--env", "NoSuchEnv-v0", "--out", str(tmp_path)])
     assert run_sweep(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("epochtrain sweep: error: env_id 'NoSuchEnv-v0'") and err.count("\n") == 1
+    assert err.startswith("epochtrain sweep: error: --env NoSuchEnv-v0 ") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from epochtrain.cli import command_words
 from epochtrain.experiment.bootstrap import DEFAULT_REPS
 from epochtrain.experiment.curves import SCORE_METHODS
 from epochtrain.experiment.report import (
@@ -176,7 +177,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             gpus_per_run=args.gpus_per_run,
         )
     except (ValueError, TypeError, FileNotFoundError, ConnectionError, MissingExtraError) as exc:
-        print(f"epochtrain sweep: error: {exc}", file=sys.stderr)
+        message = command_words(str(exc), ["--env"], spec_flags=False)
+        print(f"epochtrain sweep: error: {message}", file=sys.stderr)
         return 2
     wanted = [r for r in experiment.runs if r.run_id in {spec.run_id for spec in specs}]
     elsewhere = [r for r in wanted if r.status == "running"]  # another sweep holds them
