@@ -238,13 +238,13 @@ def test_close_envs_warns_when_the_logger_fails_to_close_and_still_closes_the_en
 def test_close_ends_the_worker_thread_of_asynchronous_collection() -> None:
     import threading
 
+    before = set(threading.enumerate())  # another test's trainer may still hold one
     trainer = make_trainer("dqn", "CartPole-v1", async_collection=True, **TINY_DQN)
     next(trainer)
     assert trainer.async_collection is not None
-    names = {t.name for t in threading.enumerate()}
-    assert "epochtrain-collect" in names
+    (worker,) = [t for t in set(threading.enumerate()) - before if t.name == "epochtrain-collect"]
     trainer.close()
-    assert "epochtrain-collect" not in {t.name for t in threading.enumerate()}
+    assert not worker.is_alive()
     assert trainer.train_collector.env.closed
 
 

@@ -28,7 +28,9 @@ from epochtrain.registry import ALGORITHMS
 from epochtrain.spec import RunSpec
 from epochtrain.trainer import BaseTrainer
 from epochtrain.trainer.base import StopFn
+from epochtrain.trainer.checks import check_arguments, check_env_spaces
 from epochtrain.trainer.hooks import TrainerHook
+from epochtrain.trainer.params import TrainerParams
 
 __all__ = ["UnusedSettingWarning", "check_spec", "make_envs", "make_trainer"]
 
@@ -67,10 +69,11 @@ def make_trainer(
     Training envs (``num_envs``) and test envs (``num_test_envs``) are
     ``make_envs(..., backend=spec.env_backend)``: gymnasium's sync vector env by default.
     The offline algorithms learn from ``buffer`` (a filled :class:`ReplayBuffer`) or from
-    the spec's ``dataset`` file. Logging goes to ``logger`` if given, else to the spec's
-    ``logging`` settings. ``stop_fn`` defaults to "best test return >= ``spec.stop_at``"
-    (the env's reward threshold in the tuned specs); ``stop_fn=None`` trains for all
-    ``max_epoch`` epochs.
+    the spec's ``dataset`` file, read only once every check that needs no data has passed
+    (the policy on the env's spaces, the device, the trainer's arguments). Logging goes to
+    ``logger`` if given, else to the spec's ``logging`` settings. ``stop_fn`` defaults to
+    "best test return >= ``spec.stop_at``" (the env's reward threshold in the tuned specs);
+    ``stop_fn=None`` trains for all ``max_epoch`` epochs.
     The policy's weights are initialised from the run's seed without touching the global
     random state. The resolved spec is kept as ``trainer.spec`` (checkpoints store it).
     """
@@ -87,9 +90,7 @@ def make_trainer(
     entry = ALGORITHMS[spec.algo]
     for setting in _unused_settings(spec, buffer=buffer, logger=logger, stop_fn=stop_fn):
         warnings.warn(setting.refusal(), UnusedSettingWarning, stacklevel=2)
-    if entry.kind == "offline" and buffer is None:
-        buffer = _load_dataset(spec)
-    elif entry.kind != "offline" and buffer is not None:
+    if entry.kind != "offline" and buffer is not None:
         raise ValueError(
             f"buffer= is the dataset of an offline algorithm; {spec.algo!r} collects its own "
             "data (set its capacity with buffer_size=...)"
@@ -110,8 +111,20 @@ def make_trainer(
                 spec.config,
                 device=spec.device,
             )
+        test_collector = Collector(policy, envs[0], exploration=False)
+        run_stop_fn = _stop_at(spec.stop_at) if isinstance(stop_fn, _Unset) else stop_fn
+        callbacks: dict[str, object] = {
+            "train_fn": train_fn,
+            "test_fn": test_fn,
+            "stop_fn": run_stop_fn,
+            "save_best_fn": save_best_fn,
+        }
         train_collector = None
-        if entry.kind != "offline":
+        if entry.kind == "offline" and buffer is None:
+            # the dataset may take long to read: first every check that needs no data
+            _check_before_data(spec, policy, params, test_collector, callbacks, logger, hooks)
+            buffer = _load_dataset(spec)
+        elif entry.kind != "offline":
             envs.append(make_envs(spec.env_id, spec.num_envs, backend=spec.env_backend))
             train_buffer = _make_buffer(spec)
             check_spaces_memory(  # a replay buffer too large is refused, not killed when full
@@ -125,13 +138,13 @@ def make_trainer(
             policy=policy,
             params=params,
             train_collector=train_collector,
-            test_collector=Collector(policy, envs[0], exploration=False),
+            test_collector=test_collector,
             buffer=buffer,
             logger=_make_logger(spec) if logger is None else logger,
             hooks=hooks,
             train_fn=train_fn,
             test_fn=test_fn,
-            stop_fn=_stop_at(spec.stop_at) if isinstance(stop_fn, _Unset) else stop_fn,
+            stop_fn=run_stop_fn,
             save_best_fn=save_best_fn,
         )
     except BaseException:
@@ -146,6 +159,32 @@ def make_trainer(
             trainer.close()
             raise
     return trainer
+
+
+def _check_before_data(
+    spec: RunSpec,
+    policy: Policy[Any],
+    params: TrainerParams,
+    test_collector: Collector,
+    callbacks: dict[str, object],
+    logger: BaseLogger | None,
+    hooks: Sequence[TrainerHook] | None,
+) -> None:
+    """Raise what the offline trainer would refuse without looking at the dataset (its
+    params, callbacks, logger and hooks, the policy's kind, the test envs' spaces, the
+    checkpoint directory), so that a bad setting is reported before the dataset is read."""
+    check_arguments(
+        spec.entry.trainer_cls,
+        policy=policy,
+        params=params,
+        test_collector=test_collector,
+        callbacks=callbacks,
+        logger=logger,
+        hooks=hooks,
+    )
+    check_env_spaces(policy, [("test_collector", test_collector)])
+    if params.checkpoint_dir is not None:
+        check_writable_dir(params.checkpoint_dir, "checkpoint_dir")
 
 
 def _unused_settings(

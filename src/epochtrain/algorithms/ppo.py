@@ -36,6 +36,8 @@ from epochtrain.algorithms.actor_critic import (
 from epochtrain.algorithms.base import resolve_config, size_groups
 from epochtrain.config import param
 from epochtrain.data.batch import Batch
+from epochtrain.data.env_faults import policy_fault
+from epochtrain.errors import NonFiniteError
 from epochtrain.stats import DeferredReads, SequenceSummaryStats
 
 __all__ = ["PPO", "PPOConfig", "PPOTrainingStats"]
@@ -126,7 +128,46 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
         flat_obs = obs.reshape(n_time * n_env, *obs.shape[2:])
         flat_act = batch.act.reshape(n_time * n_env, *batch.act.shape[2:])
         logp = self.log_prob(flat_obs, flat_act).reshape(n_time, n_env)
+        # one read-back per update step: a NaN or -inf logp would make every ratio NaN, and
+        # the loss, blamed then, would hide that the policy's distribution degenerated
+        if not bool(torch.isfinite(logp).all()):
+            self._refuse_logp(batch, logp)
         return dataclasses.replace(batch, logp=logp)
+
+    def _refuse_logp(self, batch: Batch, logp: Tensor) -> None:
+        """Raise ``NonFiniteError`` naming the first rollout row and sub-env whose taken
+        action has a NaN or inf log-probability (rows that are not ``valid`` aside)."""
+        bad = ~torch.isfinite(logp)
+        if batch.valid is not None:
+            bad &= batch.valid.to(bad.device)
+        if not bool(bad.any()):
+            return
+        row, env = (int(i) for i in bad.nonzero()[0].tolist())
+        name = type(self).__name__
+        value, action = float(logp[row, env]), batch.act[row, env].tolist()
+        where = f"logp of the action of sub-env {env} at rollout row {row}"
+        raise NonFiniteError(
+            f"the log-probability of the action {action} that {name} chose in sub-env {env} "
+            f"(row {row} of the rollout) is {value} under that same policy, so PPO's "
+            f"probability ratios would be NaN and nothing was learned from the rollout: "
+            f"{self._degenerate_cause()}",
+            where=where,
+        )
+
+    def _degenerate_cause(self) -> str:
+        """Why the policy's distribution gave a non-finite log-probability, as far as its
+        weights tell (a full scan: on the fault path only)."""
+        if not self.discrete:
+            log_std = self.log_std.detach()
+            std, inv_std = log_std.exp(), (-log_std).exp()
+            if not bool(((std > 0) & torch.isfinite(std) & torch.isfinite(inv_std)).all()):
+                return (
+                    f"the policy is at fault, not the env; its log_std {log_std.tolist()} puts "
+                    "the Gaussian's standard deviation at 0 or inf (log_std must stay within "
+                    "about [-87, 88]): resume from the last good checkpoint, e.g. with a lower "
+                    "learning rate, or keep log_std bounded"
+                )
+        return policy_fault(self, "log_prob")
 
     def learn(self, batch: Batch) -> PPOTrainingStats:
         """One gradient step of the clipped PPO loss on a minibatch."""

@@ -29,11 +29,14 @@ __all__ = [
     "actions_fit",
     "array_fits",
     "check_actions",
+    "check_extras",
     "check_finite",
     "env_label",
+    "extras_fit",
     "failed_sub_env",
     "leaves_fit",
     "nonfinite_tensor",
+    "policy_fault",
     "terminate_workers",
 ]
 
@@ -136,7 +139,7 @@ def check_actions(env: Any, act: np.ndarray, steps: int, policy: object | None) 
         chose = f"the {where}, chosen by the policy ({type(policy).__name__}),"
         fix = "scale the policy's actions into float32's range (or return float32 actions)"
     if nonfinite[i]:
-        cause = "check the env's action space" if policy is None else _policy_at_fault(policy)
+        cause = "check the env's action space" if policy is None else policy_fault(policy)
         message = f"{chose} is not finite (action {value}): {cause}"
     else:
         message = (
@@ -152,16 +155,55 @@ def check_actions(env: Any, act: np.ndarray, steps: int, policy: object | None) 
     )
 
 
-def _policy_at_fault(policy: object) -> str:
-    """Why a policy chose a NaN or inf action, as far as its weights tell."""
+def check_extras(env: Any, extras: dict[str, np.ndarray], steps: int, policy: object) -> None:
+    """Raise ``NonFiniteError`` naming the first float extra (``logp``, ``value``, ...) the
+    policy returned with its actions that is NaN or inf (or, float64, beyond float32's
+    range) and the first sub-env it is so for, blaming the policy as :func:`check_actions`
+    does, before the transition is stored. Run only when :func:`extras_fit` was False."""
+    for key, value in extras.items():
+        if value.dtype.kind != "f" or value.ndim == 0:
+            continue
+        nonfinite, overflow = _bad_rows([value], len(value))
+        if not (nonfinite | overflow).any():
+            continue
+        i = int(np.flatnonzero(nonfinite | overflow)[0])
+        where = f"extra {key!r} of sub-env {i} of {env_label(env, i)!r}"
+        chose = f"the {where}, returned by the policy ({type(policy).__name__}) with its action,"
+        if nonfinite[i]:
+            message = f"{chose} is not finite ({key} {value[i]!r}): {policy_fault(policy)}"
+        else:
+            message = (
+                f"{chose} is {value[i]!r}: finite, but it overflows the replay buffer's float32 "
+                "storage; return it in float32's range"
+            )
+        raise NonFiniteError(
+            f"{message} (the transition was not stored, after {steps} env steps of this "
+            "collect step)",
+            where=where,
+            env_step=steps,
+        )
+
+
+def extras_fit(extras: dict[str, np.ndarray]) -> bool:
+    """The per-step check of the extras a policy returned (only when it returned some):
+    :func:`actions_fit` of each float one (one env's value read as a Python float, else
+    one reduction); False sends them to :func:`check_extras`."""
+    return all(v.dtype.kind != "f" or actions_fit(v) for v in extras.values())
+
+
+def policy_fault(policy: object, method: str = "act") -> str:
+    """Why a policy gave a NaN or inf (an action, an extra, a log-probability made by its
+    ``method``), as far as its weights tell: the first non-finite weight, or else
+    ``method`` itself. A full scan of the weights: for fault messages only."""
     name = type(policy).__name__
     if not isinstance(policy, torch.nn.Module):
-        return f"the policy is at fault, not the env: fix {name}.act"
+        return f"the policy is at fault, not the env: fix {name}.{method}"
     bad = nonfinite_tensor(policy)
     if bad is None:
         return (
-            f"the policy is at fault, not the env; its weights are finite, so {name}.act made "
-            "it (a log or a division of 0, a standard deviation of 0 or inf): fix act"
+            f"the policy is at fault, not the env; its weights are finite, so {name}.{method} "
+            "made it (a log or a division of 0, a standard deviation of 0 or inf): fix "
+            f"{method}"
         )
     return (
         f"the policy is at fault, not the env; its weight {bad!r} holds NaN or inf, written "

@@ -17,9 +17,11 @@ from epochtrain.algorithms.base import TrainerKind
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer, rollout_rows
 from epochtrain.data.collector import Collector
+from epochtrain.errors import NonFiniteError
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.online import OnlineTrainer
 from epochtrain.trainer.params import OnpolicyParams, TrainerParams
+from epochtrain.trainer.safety import on_nonfinite
 
 __all__ = ["OnpolicyTrainer"]
 
@@ -83,7 +85,12 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
             # no Batch (a forgotten `return batch`) is refused by HookTable.process instead
             assert not self._ops["batch_process"], "batch_process ops ran but left no rollout"
             rollout = buffer.rollout()
-        batch = self.policy.process_rollout(rollout).flatten()
+        try:
+            batch = self.policy.process_rollout(rollout).flatten()
+        except NonFiniteError as exc:  # the policy's logp of the rollout (PPO): no step on it
+            on_nonfinite(self, exc, f"the update after env step {self.state.env_step}")
+            buffer.clear()
+            return self._finish_update(time.perf_counter() - start)
         if batch.valid is not None and not bool(batch.valid.all()):
             batch = batch[batch.valid]
         n = len(batch)
