@@ -341,7 +341,7 @@ def test_a_hook_state_no_resume_could_load_is_refused_at_save_naming_the_hook(
 def test_total_time_counts_logging_and_checkpoint_saves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import epochtrain.trainer.base as base_module
+    import epochtrain.trainer.epoch as base_module  # where the loop calls save_periodic
 
     real_save = base_module.save_periodic
 

@@ -21,38 +21,33 @@ Iterator contract: ``iter(trainer)`` is the trainer itself and never resets it; 
 ``stop_reason`` says why. ``reset()`` is the only way to start over; ``run()`` iterates to
 the end. Each trainer owns its random streams (python, numpy, torch): they are swapped in
 on entry to ``next()`` and out on exit, so zipped trainers do not disturb each other.
+
+The body of ``next()`` (one epoch, its test step, its log and checkpoint) is in
+:mod:`epochtrain.trainer.epoch`; the bookkeeping of gradient steps in
+:mod:`epochtrain.trainer.updates`.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic
 
-import numpy as np
-
 from epochtrain.algorithms.base import Policy, TrainerKind
 from epochtrain.checkpoint import (
-    hold_checkpoint_dir,
     load_checkpoint,
     save_checkpoint,
-    save_periodic,
 )
 from epochtrain.checkpoint_files import CheckpointLock
-from epochtrain.checkpoint_save import refuse_another_runs_checkpoints
 from epochtrain.closing import Closing
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.data.io import check_writable_dir
-from epochtrain.envs import seed_spaces
-from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
     CollectStats,
@@ -60,40 +55,31 @@ from epochtrain.stats import (
     InfoStats,
     MovAvg,
     RunState,
-    TrainingStats,
     TTrainingStats,
-    aggregate_training_stats,
 )
 from epochtrain.trainer.checks import check_arguments, check_env_spaces, check_reset
+from epochtrain.trainer.epoch import next_epoch, test_step
 from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook, claim_hook
 from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settings_of
-from epochtrain.trainer.progress import RunProgress, epoch_line, progress_postfix, write_line
+from epochtrain.trainer.progress import RunProgress
 from epochtrain.trainer.safety import (
-    EpochSnapshot,
     close_envs,
     last_checkpoint_text,
     note_last_checkpoint,
-    on_nonfinite,
-    with_run_context,
 )
 from epochtrain.trainer.state import (
     check_trainer_state,
     load_logger_state,
     load_trainer_state,
     restore_on_error,
-    rng_scope,
     trainer_state,
 )
+from epochtrain.trainer.updates import finish_update, learn
 
 __all__ = ["BaseTrainer", "StopFn"]
 
 StopFn = Callable[[float], bool]
 """``stop_fn(best_test_return) -> bool``: True stops training after this epoch."""
-
-
-_TEST_SPACES = 0x7465
-"""The test envs' stream of :func:`~epochtrain.envs.seed_spaces` (``trainer.online``'s
-``_TRAIN_SPACES`` is the training envs')."""
 
 
 class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
@@ -321,86 +307,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
                 "from a second thread): a trainer runs one epoch at a time"
             )
         try:
-            return self._next_epoch()
+            return next_epoch(self)
         finally:
             self._next_lock.release()
-
-    def _next_epoch(self) -> EpochStats[TTrainingStats]:
-        self._refuse_if_broken("next()")
-        self._complete_init()
-        if self._finished:
-            self._progress.close()  # a hook may have ended the run after the last epoch
-            raise StopIteration
-        if self._closed:
-            raise RuntimeError(
-                "next() refused: this trainer was closed (close(), or the end of its `with` "
-                "block), so its envs and logger are released; build a new trainer, or one "
-                f"that resumes: {last_checkpoint_text(self)}"
-            )
-        if not self._started:  # another run's records where this one logs: before any work
-            self.logger.check_new_run()
-        hold_checkpoint_dir(self)
-        if not self._started:
-            refuse_another_runs_checkpoints(self)
-        start = time.perf_counter()
-        snapshot = EpochSnapshot.take(self)
-        self._in_next = True
-        try:
-            with rng_scope(self):
-                if not self._started:
-                    self._started = True
-                    self._start()
-                    if self.params.test_before_train:
-                        self._test_step()
-                        if self._stop_fn_fired():
-                            self._finish("stop_fn")
-                if self._finished and self.stop_reason != "nonfinite":
-                    self.state.total_time += time.perf_counter() - start
-                    raise StopIteration
-                stats = self._run_epoch()  # NaN env data at the start: epoch 1 says so
-                self.state.total_time += time.perf_counter() - start
-                stats.info_stat.total_time = self.state.total_time
-                self._ops.call("epoch_end", stats)
-        except KeyboardInterrupt as exc:
-            snapshot.roll_back(self, exc)  # back to the last complete epoch
-            raise
-        except Exception as exc:  # the epoch stopped part-way: its state is half an epoch's
-            self._broken = (
-                f"epoch {self.state.epoch} stopped part-way ({type(exc).__name__}: {exc})"
-            )
-            raise
-        finally:
-            self._in_next = False
-        after_epoch = time.perf_counter()
-        self._log_and_save(stats)
-        # logging and saving count too, from the next epoch's total on (a checkpoint
-        # cannot hold the time of its own save)
-        self.state.total_time += time.perf_counter() - after_epoch
-        return stats
-
-    def _log_and_save(self, stats: EpochStats[TTrainingStats]) -> None:
-        """After a complete epoch: its run totals to the logger, its line, its checkpoint
-        when due. A logger that fails does not cost the epoch its checkpoint: the error is
-        raised after the save, naming it."""
-        failed: Exception | None = None
-        try:
-            self.logger.log_info_data(stats.info_stat, self.state.epoch)
-            self.logger.flush()  # an epoch's curves reach disk even if the user never closes
-        except Exception as exc:
-            failed = exc
-        if self.params.verbose:
-            write_line(epoch_line(stats, self.state))
-        if self.checkpoint_dir is not None and (
-            self._finished or self.state.epoch % self.params.checkpoint_every == 0
-        ):
-            try:
-                save_periodic(self, self.checkpoint_dir)
-            except KeyboardInterrupt as exc:  # the save cleaned up; the epoch is complete
-                note_last_checkpoint(self, exc)
-                raise
-        if failed is not None:
-            note_last_checkpoint(self, failed)
-            raise failed
 
     def run(self) -> InfoStats:
         """Iterate to the end of the run and return the final :class:`InfoStats`.
@@ -435,44 +344,6 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
     def _start(self) -> None:
         """Work done once when the run starts (seeding envs, warm-up); default: nothing."""
 
-    def _run_epoch(self) -> EpochStats[TTrainingStats]:
-        self.state.epoch += 1
-        self._epoch_steps = []
-        self._epoch_collects = []
-        self._epoch_update_time = 0.0
-        self._tested_this_epoch = None
-        self._ops.call("epoch_start", self.state.epoch)
-        p = self.params
-        self._progress.start_epoch(
-            self.state.epoch, p.max_epoch, p.step_per_epoch, show=p.show_progress
-        )
-        progress = 0
-        while progress < p.step_per_epoch and not self._finished:
-            done = self._training_step()
-            progress += done
-            self._progress.advance(done, progress_postfix(self))
-        test_stat = self._tested_this_epoch
-        stopped_by_nan = self.stop_reason == "nonfinite"  # on_nonfinite: end the run there
-        if test_stat is None and self.test_collector is not None and not stopped_by_nan:
-            test_stat = self._test_step()
-        if not self._finished and self._stop_fn_fired():
-            self._finish("stop_fn")
-        if not self._finished and self.state.epoch >= self.params.max_epoch:
-            self._finish("max_epoch")
-        self._progress.end_epoch(progress_postfix(self), finished=self._finished)
-        training_stat = aggregate_training_stats(self._epoch_steps, self._epoch_update_time)
-        if training_stat is not None:
-            training_stat.smoothed_loss = self._smoothed()
-        return EpochStats(
-            epoch=self.state.epoch,
-            train_collect_stat=(
-                CollectStats.merge(self._epoch_collects) if self._epoch_collects else None
-            ),
-            test_collect_stat=test_stat,
-            training_stat=training_stat,
-            info_stat=self.info_stat(),
-        )
-
     @abstractmethod
     def _training_step(self) -> int:
         """Run one training step; return the progress made in ``step_per_epoch`` units."""
@@ -483,53 +354,12 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
 
     # ------------------------------------------------------------- gradient steps
     def _learn(self, batch: Batch) -> Batch:
-        """One gradient step; its stats join the current update and epoch.
+        """One gradient step; its stats join the current update and epoch (``updates.learn``).
 
         Fires ``process_optim_batch`` (its result is learned from and returned), then after
         ``learn``: ``post_loss``, ``post_optim`` and ``post_optim_log``.
         """
-        ops = self._ops.ops  # the plain dict: no method call per gradient step
-        if ops["process_optim_batch"]:
-            batch = self._ops.process("process_optim_batch", batch)
-        if self._finished:  # request_stop or on_nonfinite="stop" in this update step:
-            return batch  # the rest of it is dropped
-        start = time.perf_counter()
-        try:
-            stats = self.policy.learn(batch)
-        except NonFiniteError as exc:
-            on_nonfinite(self, exc, f"gradient step {self.state.gradient_step + 1}")
-            return batch
-        stats.train_time = time.perf_counter() - start
-        self.state.gradient_step += 1
-        self._pending_steps.append(stats)
-        if ops["post_loss"] or ops["post_optim"] or ops["post_optim_log"]:
-            self._read_steps()  # hooks that see every step read its stats now
-            self._after_gradient_step(stats)
-        return batch
-
-    def _read_steps(self) -> None:
-        """Read the stats of the update step's gradient steps not read yet: the non-finite
-        check and the moving averages, in step order.
-
-        Called once per update step (at its end) unless hooks see every gradient step: a
-        policy's stats may be computed and read back then (:class:`~epochtrain.stats.
-        DeferredReads`), so a non-finite statistic is found at the end of the update
-        step (the loss an optimizer steps on is checked before its step, in ``optimize``).
-        """
-        steps, first = self._pending_steps, self._n_read_steps
-        self._n_read_steps = len(steps)
-        for i in range(first, len(steps)):
-            for key, value in steps[i].loss_stats().items():
-                if not math.isfinite(value) and self.params.on_nonfinite != "skip":
-                    step = self.state.gradient_step - (len(steps) - 1 - i)
-                    bad = NonFiniteError(f"the loss {key!r} is {value}", where=f"loss {key!r}")
-                    on_nonfinite(self, bad, f"gradient step {step}")
-                self._mov_avg[key].add(value)
-
-    def _after_gradient_step(self, stats: TrainingStats) -> None:
-        self._ops.call("post_loss", stats)
-        self._ops.call("post_optim")
-        self._log_ops("post_optim_log", "update", self.state.gradient_step, stats)
+        return learn(self, batch)
 
     def _learn_sampled(self, buffer: ReplayBuffer, batch_size: int) -> None:
         """One gradient step on a minibatch sampled from ``buffer``.
@@ -543,16 +373,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
 
     def _finish_update(self, update_time: float) -> TTrainingStats | None:
         """Aggregate the gradient steps of this update step, log them, return them."""
-        self.state.update_time += update_time
-        self._epoch_update_time += update_time
-        self._read_steps()
-        steps, self._pending_steps, self._n_read_steps = self._pending_steps, [], 0
-        self._epoch_steps.extend(steps)
-        stats = aggregate_training_stats(steps, update_time)
-        if stats is not None:
-            stats.smoothed_loss = self._smoothed()
-            self.logger.log_update_data(stats, self.state.gradient_step)
-        return stats
+        return finish_update(self, update_time)
 
     def _smoothed(self) -> dict[str, float]:
         return {k: v.get() for k, v in self._mov_avg.items()}
@@ -561,43 +382,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
     def _test_step(self) -> CollectStats | None:
         """Run ``episode_per_test`` deterministic episodes; update the best record. None
         when the test envs gave NaN or inf and ``on_nonfinite`` stopped the run."""
-        assert self.test_collector is not None
-        # the test envs' spaces are seeded from where the run is, as their reset: a resumed
-        # run tests as an uninterrupted one (test envs are not in checkpoints)
-        stream = (_TEST_SPACES, self.state.epoch, self.state.env_step)
-        seed_spaces(self.test_collector.env, self.params.seed, stream=stream)
-        # exploration set by the user holds for its phase: train_fn's for training, and
-        # test_fn's (if any) for this test step only
-        train_exploration, self.policy.exploration = self.policy.exploration, None
-        try:
-            if self.test_fn is not None:
-                self.test_fn(self.state.epoch, self.state.env_step)
-            self.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
-            stat = self.test_collector.collect(n_episode=self.params.episode_per_test)
-        except NonFiniteError as exc:
-            on_nonfinite(self, exc, f"the test after env step {self.state.env_step}")
-            return None
-        except EnvError as exc:  # named as a training env's error is
-            raise with_run_context(self, exc, self.state.env_step) from exc.__cause__
-        finally:
-            self.policy.exploration = train_exploration
-        self.state.test_time += stat.collect_time
-        self.state.test_step += stat.n_collected_steps
-        self.state.test_episode += stat.n_collected_episodes
-        assert stat.returns_stat is not None
-        if stat.returns_stat.mean > self.state.best_test_return:
-            self.state.best_test_return = stat.returns_stat.mean
-            self.state.best_test_return_std = stat.returns_stat.std
-            self.state.best_epoch = self.state.epoch
-            if self.save_best_fn is not None:
-                self.save_best_fn(self.policy)
-        self.last_test_stat = stat
-        self._tested_this_epoch = stat
-        # the step the run advances by: env steps, or gradient steps offline (no env steps)
-        step = self.state.gradient_step if self.kind == "offline" else self.state.env_step
-        self.logger.log_test_data(stat, step)
-        self._ops.call("test_end", stat)
-        return stat
+        return test_step(self)
 
     def _stop_fn_fired(self) -> bool:
         return self.stop_fn is not None and bool(self.stop_fn(self.state.best_test_return))

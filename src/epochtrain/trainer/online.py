@@ -31,7 +31,7 @@ __all__ = ["OnlineTrainer"]
 
 _TRAIN_SPACES = 0x7472
 """The training envs' stream of :func:`~epochtrain.envs.seed_spaces` (the test envs' is
-``trainer.base``'s ``_TEST_SPACES``)."""
+``trainer.epoch``'s ``_TEST_SPACES``)."""
 
 
 class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
