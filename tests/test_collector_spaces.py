@@ -9,6 +9,7 @@ collector adapts (bounds, dtypes, a ``Discrete`` action space's start) are accep
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -132,3 +133,25 @@ def test_a_discrete_observation_of_another_start_is_refused() -> None:
             return obs
 
     Collector(NoSpaces(), lake).collect(n_step=2)
+
+
+def test_record_dataset_with_a_policy_for_other_spaces_closes_its_envs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import epochtrain.factory
+    from epochtrain.dataset import record_dataset
+
+    made: list[gym.vector.VectorEnv[Any, Any, Any]] = []
+    make_envs = epochtrain.factory.make_envs
+
+    def recording(*args: Any, **kwargs: Any) -> gym.vector.VectorEnv[Any, Any, Any]:
+        made.append(make_envs(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(epochtrain.factory, "make_envs", recording)
+    pendulum = gym.make("Pendulum-v1")
+    policy = PPO(pendulum.observation_space, pendulum.action_space)
+    with pytest.raises(ValueError, match="was built for the observation space"):
+        record_dataset(policy, "CartPole-v1", 10, tmp_path / "d.pt")
+    assert len(made) == 1 and made[0].closed
+    assert not (tmp_path / "d.pt").exists()

@@ -207,7 +207,11 @@ def record_dataset(
     actor: Actor = _RandomActor(envs) if policy is None else policy
     if policy is not None and obs_transform is not None:
         actor = _ObsTransformedActor(policy, obs_transform)
-    collector = Collector(actor, envs, buffer, exploration=not deterministic)
+    try:  # a policy for other spaces is refused here: the envs (processes) close
+        collector = Collector(actor, envs, buffer, exploration=not deterministic)
+    except BaseException:
+        envs.close()
+        raise
     start = time.perf_counter()
     saved_numpy = np.random.get_state()
     try:
