@@ -216,8 +216,8 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
     payload["trainer.pt"] = state
     tmp = path.parent / leftover_name(TMP, path.name)
     remove_dir(tmp)
-    tmp.mkdir()
-    try:
+    try:  # the mkdir too: an interrupt lands as a system call returns, so right after it
+        tmp.mkdir()
         files = {
             name: _write_file(tmp / name, obj) for name, obj in payload.items() if obj is not None
         }

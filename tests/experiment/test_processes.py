@@ -8,8 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -189,43 +187,3 @@ def test_past_max_failures_the_runs_of_a_dead_worker_fail_and_the_others_finish(
     last = err_text.decode().strip().splitlines()[-1]
     assert last.startswith("once fixed, run the same command again: finished runs are kept")
     assert_the_same_command_finishes_it(out, reference)  # a failed run resumes too
-
-
-class _PoolThatCannotStart:
-    """A pool whose workers die before any run begins (as when a worker cannot import)."""
-
-    def __init__(self, **_: object) -> None:
-        pass
-
-    def submit(self, *_: object) -> Future[str]:
-        future: Future[str] = Future()
-        future.set_exception(BrokenProcessPool("A child process terminated abruptly"))
-        return future
-
-    def shutdown(self, wait: bool = True) -> None:
-        pass
-
-
-def test_a_pool_whose_workers_cannot_start_ends_after_max_failures_with_every_run_failed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from epochtrain.experiment import processes
-    from epochtrain.experiment.prepare import prepare_runs
-    from epochtrain.experiment.progress import Progress
-
-    pools: list[_PoolThatCannotStart] = []
-
-    def pool(**kwargs: object) -> _PoolThatCannotStart:
-        pools.append(_PoolThatCannotStart(**kwargs))
-        return pools[-1]
-
-    monkeypatch.setattr(processes, "ProcessPoolExecutor", pool)
-    run_dirs = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0, 1], **FAST), tmp_path)
-    with Progress(run_dirs, run_dirs, enabled=False) as progress:
-        processes.run_processes(run_dirs, 2, progress, max_failures=2)
-    assert len(pools) == 3  # no run began, so every run counts each broken pool
-    found = results(tmp_path)
-    assert sorted(found) == [d.name for d in run_dirs]
-    for result in found.values():
-        assert result["status"] == "failed"
-        assert "3 times (max_failures=2)" in result["error"]

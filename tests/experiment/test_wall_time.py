@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from epochtrain.experiment import grid, processes, run_experiment, runner
+from epochtrain.experiment import grid, process_worker, run_experiment, runner
 from epochtrain.experiment.prepare import prepare_runs
 from epochtrain.experiment.runs import RESULT_FILE
 from tests.experiment.settings import FAST
@@ -56,10 +56,10 @@ def test_processes_wall_time_of_a_workers_first_run_leaves_out_opening_the_train
 ) -> None:
     (run_dir,) = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0], **FAST), tmp_path)
     # the worker function, run here as in a fresh pool process (no run before it)
-    worker = processes._Worker(queue.Queue(), threading.Event(), os.getppid())
-    monkeypatch.setattr(processes, "_worker", worker)
-    monkeypatch.setattr(processes, "open_trainer", slow(processes.open_trainer))
+    worker = process_worker._Worker(queue.Queue(), threading.Event(), os.getppid())
+    monkeypatch.setattr(process_worker, "_worker", worker)
+    monkeypatch.setattr(process_worker, "open_trainer", slow(process_worker.open_trainer))
     start = time.perf_counter()
-    assert processes._run_in_worker(os.fspath(run_dir)) == "finished"
+    assert process_worker._run_in_worker(os.fspath(run_dir)) == "finished"
     elapsed = time.perf_counter() - start
     assert 0.0 < wall_time(run_dir) <= elapsed - OPEN_DELAY

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +87,11 @@ def test_ctrl_c_while_the_workers_start_is_the_one_line_without_their_tracebacks
         time.sleep(0.01)
     time.sleep(0.3)  # into their imports
     os.killpg(proc.pid, signal.SIGINT)
+    start = time.monotonic()
     _, err = communicate(proc, backend.STOP_GRACE + 60)
     assert proc.returncode == 130, err
+    # once imported, each worker ends at once: none waits for a run, and none is killed
+    assert time.monotonic() - start < backend.STOP_GRACE
     assert "Traceback" not in err, err
     assert [line for line in err.splitlines() if line.strip()] == [
         line for line in err.splitlines() if line.startswith("epochtrain: interrupted; ")
@@ -97,21 +99,19 @@ def test_ctrl_c_while_the_workers_start_is_the_one_line_without_their_tracebacks
     assert not list((tmp_path / "exp").glob("*/result.json"))
 
 
-def spawn_recorder(masks: list[dict[str, int]]) -> type[ProcessPoolExecutor]:
-    """A pool that records in ``masks`` the signal masks of each worker as it spawns it,
-    and presses Ctrl-C right after the first one is spawned (while it spawns the next)."""
+def spawn_recorder(masks: list[dict[str, int]]) -> Any:
+    """A worker spawner that records in ``masks`` the signal masks of each worker as it
+    spawns it, and presses Ctrl-C right after the first one (while it spawns the next)."""
+    spawn = backend._spawn_worker
 
-    class SpawnRecorder(ProcessPoolExecutor):
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
-            future = super().submit(fn, *args, **kwargs)
-            for pid in sorted(self._processes or {}):  # the pool's; no public list of them
-                if pid not in {m["pid"] for m in masks}:
-                    masks.append({"pid": pid, **signal_masks(pid)})
-            if len(masks) == 1:
-                os.kill(os.getpid(), signal.SIGINT)
-            return future
+    def spawn_and_record(stop_reader: Any) -> Any:
+        seat = spawn(stop_reader)
+        masks.append({"pid": seat.process.pid, **signal_masks(seat.process.pid)})
+        if len(masks) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return seat
 
-    return SpawnRecorder
+    return spawn_and_record
 
 
 def test_a_ctrl_c_while_the_pool_spawns_its_workers_stops_the_sweep_and_is_not_lost(
@@ -120,7 +120,7 @@ def test_a_ctrl_c_while_the_pool_spawns_its_workers_stops_the_sweep_and_is_not_l
     # before (1fb975c): SIGINT was ignored while the pool spawned its workers; this Ctrl-C
     # was dropped, and the runs went on to the end
     masks: list[dict[str, int]] = []
-    monkeypatch.setattr(backend, "ProcessPoolExecutor", spawn_recorder(masks))
+    monkeypatch.setattr(backend, "_spawn_worker", spawn_recorder(masks))
     run_dirs = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0, 1], **FAST), tmp_path)
     with pytest.raises(KeyboardInterrupt), Progress(run_dirs, run_dirs, enabled=False) as p:
         backend.run_processes(run_dirs, 2, p)
@@ -224,3 +224,56 @@ def test_ctrl_c_after_the_interrupted_line_changes_neither_the_output_nor_the_st
         time.sleep(0.01)
     assert (line + proc.stderr.read()).decode() == "epochtrain: interrupted\n"
     assert proc.returncode == 130
+
+
+STOP_IN_A_SAVE = """
+import _thread, os, signal, sys
+from pathlib import Path
+from epochtrain import make_trainer
+from epochtrain.experiment import process_worker
+
+class Never:  # the stop pipe, not closed: only the tripped interrupt stops the run
+    def is_set(self): return False
+    def wait(self, timeout=None): return False
+
+class Drop:
+    def put(self, item): pass
+
+root = Path(sys.argv[1])
+trainer = make_trainer("ppo", "CartPole-v1", seed=0, checkpoint_dir=str(root), verbose=False,
+                       **{**eval(sys.argv[2]), "max_epoch": 3})
+process_worker._worker = worker = process_worker._Worker(Drop(), Never(), os.getppid())
+worker.running = True
+signal.signal(signal.SIGTERM, process_worker._sigterm_handler())
+mkdir = os.mkdir
+
+def mkdir_then_stop(path, *args, **kwargs):
+    mkdir(path, *args, **kwargs)
+    if os.path.basename(path).startswith(".tmp-epoch_"):
+        # as the watcher thread does, having taken the GIL while the main thread was in
+        # the mkdir system call
+        _thread.interrupt_main(signal.SIGTERM)
+
+os.mkdir = mkdir_then_stop
+try:
+    for _ in trainer:
+        pass
+except KeyboardInterrupt as exc:
+    print(type(exc).__name__, trainer.state.epoch)
+"""
+
+
+def test_a_stop_that_lands_in_a_checkpoint_save_leaves_no_temp_dir(
+    tmp_path: Path,
+) -> None:
+    # before: the interrupt, raised right after the mkdir of the save's temp dir and before
+    # its clean-up was armed, left an empty .tmp-epoch_* in the run's checkpoints (CI: after
+    # SIGTERM to the driver, test_an_interrupted_sweep_stops_its_workers_...[sigterm])
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_IN_A_SAVE, str(tmp_path / "ckpt"), repr(FAST)],
+        cwd=ROOT, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    # interrupted in epoch 1's save: the epoch is complete in memory, its save undone whole
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name != ".lock")
+    assert (done.stdout.decode().split(), names) == (["Terminated", "1"], [])

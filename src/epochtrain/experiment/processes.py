@@ -1,68 +1,60 @@
-"""The ``"processes"`` backend: runs in a pool of spawned workers, stopped together.
+"""The ``"processes"`` backend's driver: runs in a pool of spawned workers, stopped together.
 
-Each worker runs one run at a time to its end and sends its progress to the parent. When
-the parent is interrupted (Ctrl-C, SIGTERM through the CLI, any exception) it sets a stop
-event: every worker interrupts its run as Ctrl-C would (the trainer goes back to its last
-complete epoch, whose checkpoint is on disk, and its envs close), no queued run starts,
-and the interrupt is raised again once the workers are idle. A worker still busy
-:data:`STOP_GRACE` seconds later, or at a second Ctrl-C, is killed. A worker whose parent
-died (``kill -9``) interrupts its run the same way within a second and exits. Interrupted
-runs get no ``result.json``, so re-running the experiment resumes them. A worker that
-dies on its own (the OOM killer) takes its pool down: the runs not ended start again in a
-new pool from their latest checkpoints, ``max_failures`` times (:func:`run_processes`).
+The driver (the process in :func:`run_processes`) holds a pipe to each worker: it hands an
+idle worker the next run, and the worker sends the run's progress and status back. None of
+this is a named semaphore (a multiprocessing queue's or event's lock is one: a file in
+``/dev/shm`` that only the process which made it removes, as it exits), so a driver killed
+with ``kill -9`` leaves nothing behind: no file, and no warning of multiprocessing's resource
+tracker ("There appear to be 13 leaked semaphore objects to clean up at shutdown", printed
+after the shell's prompt once the last worker had exited, when the pool had queues).
 
-Workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and each run
-must be interrupted once, by its worker's watcher, not twice. They are born with SIGINT
-blocked (the signal mask is inherited across fork and exec), so a Ctrl-C while one still
-imports torch stays pending, and ignoring SIGINT in :func:`_init_worker` discards it: no
-``KeyboardInterrupt`` traceback from any of them. The parent holds SIGINT meanwhile and
-raises it once the workers are spawned: it is late, never lost (an ignored disposition
-instead of the mask would drop a Ctrl-C pressed during the spawning). SIGTERM, with which
-a broken pool stops its workers, interrupts a worker's run as Ctrl-C would; an idle
-worker just exits (:func:`_sigterm_handler`).
+When the driver is interrupted (Ctrl-C, SIGTERM through the CLI, any exception) it closes
+the stop pipe, whose write end only it holds: every worker interrupts its run as Ctrl-C
+would (the trainer goes back to its last complete epoch, whose checkpoint is on disk, and
+its envs close), no queued run starts, and the interrupt is raised again once the workers
+have exited. A worker still busy :data:`STOP_GRACE` seconds later, or at a second Ctrl-C,
+is killed. A driver killed with ``kill -9`` closes the stop pipe as it dies, so each worker
+interrupts its run the same way at once, and exits. Interrupted runs get no
+``result.json``, so re-running the experiment resumes them. A worker that dies on its own
+(the OOM killer) takes its pool down: the runs not ended start again in a new pool from
+their latest checkpoints, ``max_failures`` times (:func:`run_processes`).
+
+Workers ignore SIGINT (:mod:`epochtrain.experiment.process_worker`): a terminal's Ctrl-C
+reaches the whole process group, and each run must be interrupted once, by its worker's
+watcher. They are born with SIGINT blocked (the signal mask is inherited across fork and
+exec), so a Ctrl-C while one still imports torch stays pending until the worker discards
+it. The parent holds SIGINT meanwhile and raises it once the workers are spawned: it is
+late, never lost (an ignored disposition instead of the mask would drop a Ctrl-C pressed
+during the spawning).
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import multiprocessing
 import os
-import queue
 import signal
 import threading
-from collections.abc import Callable, Collection, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+import time
+from collections import deque
+from collections.abc import Collection, Iterator
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from multiprocessing import resource_tracker
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import SpawnProcess
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from epochtrain.checkpoint_files import deferred_signals
-from epochtrain.errors import terminated_handler
+from epochtrain.experiment import process_worker
+from epochtrain.experiment.process_worker import IN_USE, _failed
 from epochtrain.experiment.progress import Progress
-from epochtrain.experiment.runs import (
-    close_envs,
-    failed_result,
-    finished_result,
-    hold_run,
-    in_use_error,
-    is_finished,
-    note_in_use,
-    open_trainer,
-    run_in_use,
-    spec_of,
-    timed_epoch,
-)
+from epochtrain.experiment.runs import is_finished, note_in_use, run_in_use
 
 __all__ = ["IN_USE", "STOP_GRACE", "run_processes"]
 
 STOP_GRACE = 30.0
 """Seconds the workers get to end their interrupted runs before they are killed."""
-
-IN_USE = "in use"
-"""What a worker returns for a run another live sweep holds: skipped, its files untouched."""
 
 
 def run_processes(
@@ -76,7 +68,7 @@ def run_processes(
     stopped by the pool do not (when no run can be blamed, as when a worker cannot start or
     died between runs, each run that had begun counts one, or every run when none had).
     Every run not ended starts again from its latest checkpoint in a new pool; a run past
-    ``max_failures`` failures is recorded as failed with the pool's error.
+    ``max_failures`` failures is recorded as failed, naming how its worker died.
     """
     failures: dict[Path, int] = {}
     todo = list(run_dirs)
@@ -91,259 +83,272 @@ def _run_pool(
     failures: dict[Path, int],
     max_failures: int,
 ) -> list[Path]:
-    """Run ``run_dirs`` in one pool; returns those to run again because a worker died."""
-    ctx = multiprocessing.get_context("spawn")
-    events = ctx.Queue()
-    stop = ctx.Event()
-    pids: set[int] = set()
-    begun: set[Path] = set()
-    stopped: set[Path] = set()  # runs a live worker stopped when the pool broke
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(events, stop, os.getpid()),
-    )
-    futures: dict[Future[str], Path] = {}
-    broken: dict[Path, BrokenProcessPool] = {}
+    """Run ``run_dirs`` in one pool; returns those to run again (a worker died, or stopped)."""
+    pool = _Pool(progress)
     try:
-        with _workers_born_with_sigint_blocked():  # submit spawns them
-            for run_dir in run_dirs:
-                futures[pool.submit(_run_in_worker, os.fspath(run_dir))] = run_dir
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            _drain(events, progress, pids, begun, stopped)
-            for future in done:
-                run_dir = futures[future]
-                try:
-                    status = future.result()
-                except BrokenProcessPool as died:  # decided once the pool is down
-                    broken[run_dir] = died
-                    continue
-                except Exception as exc:  # the result could not come back
-                    status = _failed(run_dir, exc)
-                if status == IN_USE:
-                    note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")
-                    continue
-                progress.end(run_dir, failed=status != "finished")
+        with _workers_born_with_sigint_blocked():
+            for _ in range(workers):
+                pool.seats.append(_spawn_worker(pool.stop_reader))
+        pool.run(run_dirs)
     except BaseException:
-        _stop(pool, stop, futures, events, pids)
+        pool.stop()
         raise
-    pool.shutdown(wait=True)
-    _drain(events, progress, pids, begun, stopped)
-    events.close()
-    # the dead worker's run is the one that began and neither ended nor was stopped
-    blamed = (begun & set(broken)) - stopped or begun or set(broken)
-    again = []
-    for run_dir, pool_error in broken.items():
-        if is_finished(run_dir):  # it ended just before the pool broke
+    pool.close()
+    # the dead worker's run is to blame; if it had begun none (it died between runs or as
+    # it started), every run begun counts one, and when none had, every run
+    again = [run_dir for run_dir in run_dirs if run_dir in pool.again]
+    blamed = (set(pool.died_with) & pool.begun) or (pool.begun & set(again)) or set(again)
+    why = "a worker process of the sweep died" if pool.died else "its worker was stopped"
+    todo = []
+    for run_dir in again:
+        if is_finished(run_dir):  # it ended just before its worker died
             progress.end(run_dir, failed=False)
             continue
-        failures[run_dir] = failures.get(run_dir, 0) + (run_dir in blamed)
+        failures[run_dir] = failures.get(run_dir, 0) + (bool(pool.died) and run_dir in blamed)
         if failures[run_dir] > max_failures:
+            times = f"{failures[run_dir]} time{'s' if failures[run_dir] > 1 else ''}"
             error = BrokenProcessPool(
-                f"a worker process died while this run was in its pool {failures[run_dir]} "
-                f"times (max_failures={max_failures}); the last time: {pool_error}"
+                f"a worker process died while this run was in its pool {times} "
+                f"(max_failures={max_failures}); the last time: "
+                f"{pool.died_with.get(run_dir, pool.died[-1])}"
             )
             if _failed(run_dir, error) == IN_USE:
                 note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")
             else:
                 progress.end(run_dir, failed=True)
         else:
-            if run_dir in begun:
-                progress.restart(run_dir, "a worker process of the sweep died")
-            again.append(run_dir)
-    return again
+            if run_dir in pool.begun:
+                progress.restart(run_dir, why)
+            todo.append(run_dir)
+    return todo
 
 
-def _stop(
-    pool: ProcessPoolExecutor,
-    stop: Any,
-    futures: Collection[Future[str]],
-    events: Any,
-    pids: set[int],
-) -> None:
-    """Interrupt every worker's run and wait for them (module docstring), then for the
-    workers' exit: nothing is left for the interpreter's exit to wait on, where a second
-    Ctrl-C would print a traceback of ``threading``."""
-    stop.set()  # a queued run is returned at once, not started
-    # none is cancelled: a pool broken by the kill below would fail every pending future,
-    # and a cancelled one raises InvalidStateError there, which leaves workers running
-    all_idle = False
-    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: kill them now
-        all_idle = not wait(futures, timeout=STOP_GRACE).not_done
-    kill = not all_idle
-    while True:
-        _drain(events, None, pids)
-        if kill:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        try:  # one call: a first shutdown(wait=False) would forget the thread to join
-            pool.shutdown(wait=True)
-            break
-        except KeyboardInterrupt:  # another Ctrl-C while they exit: kill them
-            kill = True
-    events.close()
+@dataclass(eq=False)
+class _Seat:
+    """A worker process as the driver sees it: its pipe, and the run it holds."""
+
+    process: SpawnProcess
+    conn: Connection | None
+    """The driver's end of the worker's pipe; None once closed (no more to send or read)."""
+    run: Path | None = None
+    """The run handed to the worker, until it says how that run ended."""
+    dismissed: bool = False
+    """Told to exit, or stopped: its end is expected, not a death."""
+    exited: bool = False
+    """Its exit has been seen (and judged: a death unless it was dismissed)."""
 
 
-def _drain(
-    events: Any,
-    progress: Progress | None,
-    pids: set[int],
-    begun: set[Path] | None = None,
-    stopped: set[Path] | None = None,
-) -> None:
-    while True:
-        try:
-            name, kind, value = events.get_nowait()
-        except queue.Empty:
+def _spawn_worker(stop_reader: Connection) -> _Seat:
+    """Start a worker process (:func:`~epochtrain.experiment.process_worker._serve`, looked
+    up there as it starts) with a pipe of its own."""
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    process = ctx.Process(
+        target=process_worker._serve,
+        args=(there, stop_reader, os.getpid()),
+        name="epochtrain-sweep-worker",
+    )
+    process.start()
+    there.close()
+    return _Seat(process, here)
+
+
+class _Pool:
+    """The workers of one pool, the runs handed to them and what they said of them.
+
+    The pool's stop pipe has one write end, the driver's: the driver closes it to stop the
+    pool, and it closes as the driver dies; every worker watches the read end."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.stop_reader, self._stop_writer = multiprocessing.get_context("spawn").Pipe(
+            duplex=False
+        )
+        self.seats: list[_Seat] = []
+        self.begun: set[Path] = set()
+        self.again: set[Path] = set()
+        """Runs handed back: stopped in their worker, or held by one that died."""
+        self.died: list[str] = []
+        """How each worker that died on its own ended (``worker process 12 was killed by
+        SIGKILL``)."""
+        self.died_with: dict[Path, str] = {}
+        """The runs those workers held, and how each one's worker ended."""
+        self._progress: Progress | None = progress
+
+    def run(self, run_dirs: list[Path]) -> None:
+        """Hand ``run_dirs`` out in order, the next one to each worker that is idle, until
+        every run has ended or been handed back; a worker that dies takes the pool down
+        (:meth:`_take_down`)."""
+        queue = deque(run_dirs)
+        while True:
+            for seat in self.seats:
+                if seat.run is not None or seat.dismissed or seat.conn is None:
+                    continue  # busy, told to exit, or gone (its exit is judged once seen)
+                if queue:
+                    self._hand(seat, queue.popleft())
+                else:  # nothing left for it: it exits as its pipe closes
+                    self._dismiss(seat)
+            if not self._step(None):
+                break
+            if self.died:
+                self._take_down()
+                break
+        self.again.update(queue)  # left when every worker was stopped, or the pool broke
+
+    def stop(self) -> None:
+        """Interrupt every worker's run and wait for them (module docstring), then for the
+        workers' exit: nothing is left for the interpreter's exit to wait on, where a second
+        Ctrl-C would print a traceback of ``threading``. Nothing is reported any more."""
+        self._progress = None
+        self._stop_writer.close()  # every worker: its run is interrupted, or it exits
+        for seat in self.seats:  # not read again (an interrupt may have cut a message)
+            self._dismiss(seat)
+        kill = True
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: kill them now
+            kill = not self._wait_exits(STOP_GRACE)
+        while True:
+            if kill:
+                self._kill()
+            try:
+                self._wait_exits(None)
+                break
+            except KeyboardInterrupt:  # another Ctrl-C while they exit: kill them
+                kill = True
+        self.close()
+
+    def close(self) -> None:
+        """Reap the workers (every one has exited) and close every pipe."""
+        for seat in self.seats:
+            seat.process.join()
+            if seat.conn is not None:
+                seat.conn.close()
+                seat.conn = None
+        self._stop_writer.close()
+        self.stop_reader.close()
+
+    def _hand(self, seat: _Seat, run_dir: Path) -> None:
+        assert seat.conn is not None, "run() hands runs to workers with a pipe"
+        seat.run = run_dir
+        with contextlib.suppress(OSError):  # it has died: seen at its exit
+            seat.conn.send(os.fspath(run_dir))
+
+    def _dismiss(self, seat: _Seat) -> None:
+        seat.dismissed = True
+        if seat.conn is not None:
+            seat.conn.close()
+            seat.conn = None
+
+    def _kill(self) -> None:
+        for seat in self.seats:
+            if not seat.exited:
+                seat.process.kill()
+
+    def _step(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds for a worker to say something or exit, then read
+        what they said and note the deaths; False once every worker has exited."""
+        live = [seat for seat in self.seats if not seat.exited]
+        conns = [seat.conn for seat in self.seats if seat.conn is not None]
+        if not live and not conns:
+            return False
+        wait([*conns, *(seat.process.sentinel for seat in live)], timeout)
+        # exits first, then the pipes: what a worker said before it exited is read before
+        # its exit is judged, so a stopped worker's last word is never taken for a death
+        exited = [seat for seat in live if seat.process.exitcode is not None]
+        for seat in self.seats:
+            self._read(seat)
+        for seat in exited:
+            seat.exited = True
+            if not seat.dismissed:
+                self.died.append(_how_it_ended(seat.process))
+                if seat.run is not None:
+                    self.died_with[seat.run] = self.died[-1]
+        return True
+
+    def _wait_exits(self, timeout: float | None) -> bool:
+        """Wait, reading what the workers say, until every one has exited (True) or
+        ``timeout`` seconds have passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if all(seat.exited for seat in self.seats):
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._step(left)
+
+    def _take_down(self) -> None:
+        """A worker died: stop the others as SIGTERM does (a run goes back to its last
+        complete epoch and says so; an idle worker ends quietly) and wait for them."""
+        for seat in self.seats:
+            seat.dismissed = True
+            if not seat.exited:
+                seat.process.terminate()
+        if not self._wait_exits(STOP_GRACE):
+            self._kill()
+            self._wait_exits(None)
+        self.again.update(seat.run for seat in self.seats if seat.run is not None)
+
+    def _read(self, seat: _Seat) -> None:
+        while seat.conn is not None and seat.conn.poll():
+            try:
+                name, kind, value = seat.conn.recv()
+            except Exception:  # EOFError: it has exited (or was killed mid-message)
+                seat.conn.close()
+                seat.conn = None
+                return
+            run_dir = Path(name)
+            if kind == "begin":
+                self.begun.add(run_dir)
+            elif kind == "end":
+                seat.run = None
+                self._ended(seat, run_dir, value)
+            elif self._progress is None:
+                continue
+            elif kind == "start":
+                self._progress.start(run_dir, value)
+            else:
+                self._progress.epoch(run_dir, value)
+
+    def _ended(self, seat: _Seat, run_dir: Path, status: str | BaseException) -> None:
+        if status == "interrupted":  # stopped (the pool, a SIGTERM): it runs no more
+            self.again.add(run_dir)
+            self._dismiss(seat)
             return
-        if kind == "pid":
-            pids.add(value)
-        elif kind == "begin":
-            if begun is not None:
-                begun.add(Path(name))
-        elif kind == "stopped":
-            if stopped is not None:
-                stopped.add(Path(name))
-        elif progress is None:
-            continue
-        elif kind == "start":
-            progress.start(Path(name), value)
+        if self._progress is None:
+            return
+        if isinstance(status, BaseException):  # the worker could not record the end
+            status = _failed(run_dir, status)
+        if status == IN_USE:
+            note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")
         else:
-            progress.epoch(Path(name), value)
+            self._progress.end(run_dir, failed=status != "finished")
 
 
-@dataclass
-class _Worker:
-    """A pool process's state: where its events go, and whether it may run (or is)."""
-
-    events: Any
-    stop: Any
-    parent_pid: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    running: bool = False
-    stopped: bool = False
-    """A run of this worker was interrupted: by the stop event, or by the SIGTERM with which
-    a broken pool stops its workers; either way, no further run may start here."""
-
-    def parent_gone(self) -> bool:
-        return os.getppid() != self.parent_pid
-
-    def watch(self) -> None:
-        """Interrupt the run in progress once told to stop or orphaned; exit if orphaned."""
-        while not self.stop.wait(1.0) and not self.parent_gone():
-            pass
-        with self.lock:
-            if self.running:
-                _thread.interrupt_main(signal.SIGTERM)
-            elif self.parent_gone():
-                os._exit(1)  # idle and orphaned: nothing to clean up, nobody to report to
-
-
-_worker: _Worker | None = None  # in a pool process: its state
+def _how_it_ended(process: SpawnProcess) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"worker process {process.pid} was killed by {signal.Signals(-code).name}"
+    return f"worker process {process.pid} exited with status {code}"
 
 
 @contextlib.contextmanager
 def _workers_born_with_sigint_blocked() -> Iterator[None]:
     """SIGINT blocked in this thread for the block, so the workers it spawns are born with
-    it blocked (:func:`_init_worker` then ignores it and unblocks it); a Ctrl-C meanwhile
-    is held and raised after the block (:func:`deferred_signals`), not lost. Main thread
-    only: elsewhere the block runs unchanged (signal handlers are the main thread's)."""
+    it blocked (:func:`~epochtrain.experiment.process_worker._init_worker` then ignores it
+    and unblocks it); a Ctrl-C meanwhile is held and raised after the block
+    (:func:`deferred_signals`), not lost. Main thread only: elsewhere the block runs
+    unchanged (signal handlers are the main thread's).
+
+    Multiprocessing's resource tracker, which a POSIX spawn starts if it is not running,
+    unblocks SIGINT in the thread that starts it: it is started before the block."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if os.name == "posix":
+        resource_tracker.ensure_running()
     with deferred_signals():
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             yield
         finally:  # a SIGINT pending meanwhile arrives here, and is held
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def _sigterm_handler() -> Callable[[int, FrameType | None], None]:
-    """A worker's SIGTERM handler (a broken pool stops its workers with SIGTERM): the run
-    in progress is interrupted as by Ctrl-C (:func:`terminated_handler`); an idle worker
-    ends as SIGTERM's default would, quietly, instead of a traceback of ``Terminated``
-    raised where it waits for work (no exception: one raised as it takes a run would be
-    sent to the parent as that run's result)."""
-    as_ctrl_c = terminated_handler()
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        worker = _worker
-        if worker is not None and not worker.running:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        as_ctrl_c(signum, frame)
-
-    return handler
-
-
-def _init_worker(events: Any, stop: Any, parent_pid: int) -> None:
-    import torch
-
-    global _worker
-    torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C pending since birth
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGTERM, _sigterm_handler())  # the stop: as Ctrl-C
-    _worker = _Worker(events, stop, parent_pid)
-    threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
-    events.put(("", "pid", os.getpid()))
-
-
-def _failed(run_dir: Path, exc: BaseException) -> str:
-    """Record ``run_dir`` as failed with ``exc`` under its lock (its trainer's, or taken for
-    the write): ``"failed"``, or :data:`IN_USE` if another sweep has taken the run since
-    (nothing written)."""
-    with hold_run(run_dir) as ours:
-        if ours:
-            failed_result(run_dir, spec_of(run_dir), exc)
-    return "failed" if ours else IN_USE
-
-
-def _run_in_worker(run_dir_name: str) -> str:
-    """Run one run to its end in a pool process: ``"finished"``, ``"failed"``,
-    ``"interrupted"`` (told to stop: no result written, the run resumes next time) or
-    :data:`IN_USE` (another sweep runs it: nothing written)."""
-    worker = _worker
-    assert worker is not None, "_init_worker runs first in every pool process"
-    with worker.lock:
-        if worker.stopped or worker.stop.is_set() or worker.parent_gone():
-            return "interrupted"
-        worker.running = True
-    worker.events.put((run_dir_name, "begin", 0))  # a failure counts from here
-    run_dir = Path(run_dir_name)
-    trainer = None
-    try:
-        if run_in_use(run_dir) is not None:
-            return IN_USE
-        trainer = open_trainer(run_dir)
-        wall_time = trainer.state.total_time  # of the sessions before, from the checkpoint
-        worker.events.put((run_dir_name, "start", trainer.state.epoch))
-        while True:
-            more, seconds = timed_epoch(trainer)
-            wall_time += seconds
-            if not more:
-                break
-            worker.events.put((run_dir_name, "epoch", trainer.state.epoch))
-        finished_result(run_dir, trainer, wall_time)
-        return "finished"
-    except KeyboardInterrupt:  # told to stop, or stopped by a pool another worker broke
-        worker.stopped = True
-        worker.events.put((run_dir_name, "stopped", 0))
-        return "interrupted"
-    except Exception as exc:
-        if in_use_error(run_dir, exc) is not None:
-            return IN_USE
-        return _failed(run_dir, exc)
-    finally:
-        with worker.lock:
-            worker.running = False
-        if trainer is not None:
-            close_envs(trainer)
-        if worker.parent_gone():
-            os._exit(1)
