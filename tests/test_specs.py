@@ -171,18 +171,17 @@ def test_a_policy_built_for_other_spaces_than_the_envs_is_refused() -> None:
     acrobot = make_envs("Acrobot-v1", 2)
     cartpole = make_envs("CartPole-v1", 2)
     dqn = DQN(acrobot.single_observation_space, acrobot.single_action_space)
+    # the collector refuses it (a trainer takes only collectors of its own policy)
+    with pytest.raises(ValueError, match=r"\(DQN\) was built for the observation space"):
+        Collector(dqn, cartpole, ReplayBuffer(100, 2))
+    with pytest.raises(ValueError, match=r"\(DQN\) was built for the observation space"):
+        Collector(dqn, cartpole, exploration=False)
+    # envs changed under a collector after it was built: the trainer's own check
+    collector = Collector(dqn, acrobot, ReplayBuffer(100, 2))
+    collector.env = cartpole
     with pytest.raises(ValueError, match=r"observation space .* of train_collector's envs"):
         OffpolicyTrainer(
-            policy=dqn,
-            train_collector=Collector(dqn, cartpole, ReplayBuffer(100, 2)),
-            params=OffpolicyParams(show_progress=False),
-        )
-    with pytest.raises(ValueError, match="test_collector's envs"):
-        OffpolicyTrainer(
-            policy=dqn,
-            train_collector=Collector(dqn, acrobot, ReplayBuffer(100, 2)),
-            test_collector=Collector(dqn, cartpole, exploration=False),
-            params=OffpolicyParams(show_progress=False),
+            policy=dqn, train_collector=collector, params=OffpolicyParams(show_progress=False)
         )
 
 
@@ -383,7 +382,7 @@ def test_an_unknown_name_from_sb3_or_tianshou_suggests_the_setting_that_plays_it
 
 
 def test_every_name_the_other_library_table_suggests_is_a_setting() -> None:
-    from epochtrain.config import OTHER_LIBRARY_NAMES
+    from epochtrain.suggestions import OTHER_LIBRARY_NAMES
 
     settings = {f.name for f in dataclasses.fields(RunSpec)}
     for entry in ALGORITHMS.values():
