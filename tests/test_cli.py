@@ -311,7 +311,7 @@ def test_a_warning_is_one_line_for_the_user_of_a_command(
 def test_resuming_with_a_changed_setting_names_the_flags_to_drop(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from epochtrain.cli import _changeable_on_resume
+    from epochtrain.cli_train import _changeable_on_resume
 
     quiet, run_dir = one_epoch_run(tmp_path, capsys)
     changed = ["--algo", "ppo", "--step-per-epoch", "128", "--set", "lr=5e-4"]
@@ -359,7 +359,7 @@ def test_a_refused_resume_names_the_option_as_the_user_typed_it(
 
 
 def test_the_docs_list_the_options_a_resume_may_change() -> None:
-    from epochtrain.cli import _changeable_on_resume
+    from epochtrain.cli_train import _changeable_on_resume
 
     page = Path(__file__).resolve().parents[1] / "docs" / "checkpointing.md"
     text = " ".join(page.read_text().split())

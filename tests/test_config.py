@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from epochtrain import ALGORITHMS, PPO, DQNConfig, PPOConfig, TD3Config
-from epochtrain.config import close_matches, field_docs, fields_info
+from epochtrain.config import field_docs, fields_info
 from epochtrain.factory import make_trainer
+from epochtrain.suggestions import close_matches
 
 CARTPOLE = gym.make("CartPole-v1")
 BAD: dict[str, dict[str, Any]] = {

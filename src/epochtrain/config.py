@@ -21,50 +21,50 @@ A setting its algorithm would ignore (``alpha_lr`` with ``auto_alpha`` off: a co
 setting of one kind of actions only is declared so (``param(..., actions="box")``) and
 judged where the action space is known (:meth:`Config.ignored_for`, a
 :class:`~epochtrain.spec.RunSpec`). Within :func:`keeping_ignored` (reading a saved spec)
-such settings are kept, for the caller to judge.
+such settings are kept, for the caller to judge. How such settings are refused, warned
+about and kept (:class:`~epochtrain.config_ignored.IgnoredSetting`, ``keeping_ignored``)
+is in :mod:`epochtrain.config_ignored`.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
-import difflib
 import inspect
 import itertools
-import json
 import math
 import os
 import textwrap
 import types
 import typing
-import warnings
-from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from epochtrain.config_ignored import (
+    IgnoredSetting,
+    _default_at,
+    keeping_ignored,
+    keeps_ignored,
+    refuse_ignored,
+    report_ignored_changes,
+)
+from epochtrain.suggestions import close_matches
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
 __all__ = [
-    "OTHER_LIBRARY_NAMES",
     "ActionKind",
     "Config",
     "FieldInfo",
-    "IgnoredSetting",
     "action_settings",
     "check_field_names",
-    "close_matches",
     "describe",
     "field_docs",
     "fields_info",
     "keeping_ignored",
-    "keeps_ignored",
     "param",
-    "refuse_ignored",
-    "report_ignored_changes",
-    "toml_value",
     "validate",
 ]
 
@@ -139,74 +139,6 @@ class FieldInfo:
     default: Any
     help: str
     allowed: str
-
-
-OTHER_LIBRARY_NAMES: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
-    {
-        # Stable-Baselines3 (constructor and ``learn`` arguments)
-        "learning_rate": ("lr",),
-        # off-policy (SB3 >= 2.7): n-step returns; on-policy: env steps per env per rollout
-        "n_steps": ("n_step", "step_per_collect"),
-        "n_epochs": ("repeat_per_collect",),
-        "n_envs": ("num_envs",),
-        "learning_starts": ("warmup_steps",),
-        "train_freq": ("step_per_collect",),
-        "gradient_steps": ("update_per_step",),
-        "target_update_interval": ("target_update_freq",),
-        "exploration_fraction": ("epsilon_decay_steps",),
-        "exploration_initial_eps": ("epsilon_start",),
-        "exploration_final_eps": ("epsilon_end",),
-        "ent_coef": ("alpha", "auto_alpha"),  # SAC's temperature; "auto" tunes it
-        "target_policy_noise": ("policy_noise",),
-        "target_noise_clip": ("noise_clip",),
-        "action_noise": ("exploration_noise",),
-        "net_arch": ("hidden",),
-        "rms_prop_eps": ("rms_eps",),
-        "total_timesteps": ("max_epoch", "step_per_epoch"),
-        # Tianshou v2 trainer params and algorithm arguments (v1: estimation_step, eps_clip)
-        "max_epochs": ("max_epoch",),
-        "epoch_num_steps": ("step_per_epoch",),
-        "collection_step_num_env_steps": ("step_per_collect",),
-        "collection_step_num_episodes": ("episode_per_collect",),
-        "update_step_num_repetitions": ("repeat_per_collect",),
-        "update_step_num_gradient_steps_per_sample": ("update_per_step",),
-        "test_step_num_episodes": ("episode_per_test",),
-        "test_in_training": ("test_in_train",),
-        "num_training_envs": ("num_envs",),
-        "n_step_return_horizon": ("n_step",),
-        "estimation_step": ("n_step",),
-        "eps_clip": ("clip_range",),
-        "hidden_sizes": ("hidden",),
-    }
-)
-"""Setting names of Stable-Baselines3 and Tianshou -> the epochtrain settings that play their
-part, for the "did you mean" of an unknown name (spelling alone misleads: SB3's ``n_epochs``
-is ``repeat_per_collect``, not ``max_epoch``)."""
-
-
-def close_matches(name: str, choices: typing.Iterable[str]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``.
-
-    A name from another library (:data:`OTHER_LIBRARY_NAMES`) suggests its counterparts
-    among ``choices`` and nothing else; ``lr`` where only per-network rates exist suggests
-    them (``actor_lr``, ``critic_lr``...); any other name, the closest spellings. Case is
-    ignored (``PPO`` suggests ``ppo``).
-    """
-    pool = sorted(set(choices))
-    lowered: dict[str, list[str]] = {}
-    for choice in pool:
-        lowered.setdefault(choice.lower(), []).append(choice)
-    key = name.lower()
-    wanted = OTHER_LIBRARY_NAMES.get(key, (key,))
-    found = [c for w in wanted for c in lowered.get(w, []) if c != name]
-    if "lr" in wanted and "lr" not in pool:
-        found += [c for c in pool if c.endswith("_lr")]
-    if not found and key not in OTHER_LIBRARY_NAMES:
-        close = difflib.get_close_matches(key, list(lowered), n=3, cutoff=0.6)
-        found = [c for w in close for c in lowered[w] if c != name]
-    if not found:
-        return ""
-    return " (did you mean " + " or ".join(repr(f) for f in found) + "?)"
 
 
 _DOCS: dict[type, dict[str, str]] = {}
@@ -395,115 +327,6 @@ def validate(config: Config) -> None:
             )
         if coerced is not value:
             object.__setattr__(config, f.name, coerced)
-
-
-# ---------------------------------------------------------------- settings a run ignores
-@dataclass(frozen=True)
-class IgnoredSetting:
-    """A setting that cannot change its run, as :meth:`Config.ignored_settings` finds it:
-    ``name`` (a field, or a dotted path in a spec: ``"buffer.buffer_size"``), its
-    ``value``, ``why`` it does nothing and the ``fix``."""
-
-    name: str
-    value: Any
-    why: str
-    fix: str
-
-    def refusal(self, owner: str = "") -> str:
-        """The words of the ``ValueError`` for a setting given in code or by a flag;
-        ``owner`` (``"SACConfig."``) opens its name."""
-        return f"{owner}{self.name}={self.value!r} has no effect: {self.why}; {self.fix}"
-
-    def in_file(self, where: str = "") -> str:
-        """The words of the warning for a setting read from a spec file or dict."""
-        section, _, field = self.name.rpartition(".")
-        table = f" from [{section}]" if section else ""
-        return (
-            f"{where}{self.name} = {toml_value(self.value)} is ignored, the run is the same "
-            f"without it: {self.why}; drop {field}{table} to silence this warning"
-        )
-
-
-def toml_value(value: Any) -> str:
-    """``value`` as a TOML literal (None as ``"none"``: TOML has no null)."""
-    if value is None:
-        return '"none"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} to TOML")
-
-
-_KEEPING: ContextVar[bool] = ContextVar("epochtrain_keeping_ignored", default=False)
-
-
-@contextlib.contextmanager
-def keeping_ignored() -> Iterator[None]:
-    """Within it, a :class:`Config` built keeps the settings it would ignore instead of
-    refusing them: its caller judges them, as reading a saved spec does (a warning: the
-    spec may have run before) and a change of a spec does (the changed ones refused)."""
-    token = _KEEPING.set(True)
-    try:
-        yield
-    finally:
-        _KEEPING.reset(token)
-
-
-def keeps_ignored() -> bool:
-    """True within :func:`keeping_ignored`."""
-    return _KEEPING.get()
-
-
-def refuse_ignored(found: list[IgnoredSetting], owner: str = "") -> None:
-    """``ValueError`` naming every setting of ``found`` and its fix, if any."""
-    if found:
-        raise ValueError("; also, ".join(setting.refusal(owner) for setting in found))
-
-
-def _value_at(obj: object, name: str) -> Any:
-    """The value of the setting ``name`` (a field, or a dotted path) of ``obj``."""
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _default_at(config: Config, name: str) -> Any:
-    """The class default of the setting ``name`` (as :func:`_value_at` finds it)."""
-    owner, _, field = name.rpartition(".")
-    holder: Config = _value_at(config, owner) if owner else config
-    return {f.name: f.default for f in dataclasses.fields(holder)}[field]
-
-
-def report_ignored_changes(before: Config, after: Config, owner: str = "") -> None:
-    """Judge a change of ``before`` into ``after`` (``replace``, ``with_overrides``): a
-    setting it gave a value the run would ignore is refused (``ValueError``); one it made
-    ignored by changing another setting (``auto_alpha`` or ``prioritized_replay`` turned
-    off) is a ``UserWarning``; one ``before`` already held (read from a file) passes as it
-    is. ``owner`` (``"SACConfig."``) opens the names in the words."""
-    held = {s.name: s.value for s in before.ignored_settings()}
-    refused, left_behind = [], []
-    for setting in after.ignored_settings():
-        if setting.name in held and held[setting.name] == setting.value:
-            continue
-        if _value_at(before, setting.name) != setting.value:
-            refused.append(setting)
-        else:
-            left_behind.append(setting)
-    refuse_ignored(refused, owner)
-    for setting in left_behind:
-        field = setting.name.rpartition(".")[2]
-        default = _default_at(after, setting.name)
-        warnings.warn(
-            f"{owner}{setting.name}={setting.value!r} is ignored from now on: {setting.why}; "
-            f"set {field} to its default {default!r} to silence this warning",
-            UserWarning,
-            stacklevel=3,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)

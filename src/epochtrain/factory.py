@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from epochtrain.algorithms import Policy
-from epochtrain.config import IgnoredSetting, keeping_ignored
+from epochtrain.config_ignored import IgnoredSetting, keeping_ignored
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.data.buffer import rollout_rows
 from epochtrain.data.buffer_storage import check_spaces_memory

@@ -40,7 +40,7 @@ from ray.tune.result import SHOULD_CHECKPOINT  # noqa: E402
 
 from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
-from epochtrain.config import keeping_ignored  # noqa: E402
+from epochtrain.config_ignored import keeping_ignored  # noqa: E402
 from epochtrain.envs import seed_spaces  # noqa: E402
 from epochtrain.experiment.runs import (  # noqa: E402
     CHECKPOINTS,

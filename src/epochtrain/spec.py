@@ -17,6 +17,11 @@ without ``prioritized_replay``, ``alpha_lr`` with ``auto_alpha`` off, ``log_std_
 Discrete actions: :func:`~epochtrain.spec_data.ignored_settings`) is refused when given in
 code or by a flag, and a warning when read from a file or dict, which may have run before:
 it still loads, and runs as it did.
+
+Beside it: :mod:`epochtrain.spec_names` looks up and checks the algorithm and env a spec
+names, :mod:`epochtrain.spec_files` writes and parses its TOML and JSON text,
+:mod:`epochtrain.spec_data` reads a spec from plain data and :mod:`epochtrain.spec_args`
+makes its command-line flags; the names of the first two are re-exported here.
 """
 
 from __future__ import annotations
@@ -24,26 +29,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tomllib
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import gymnasium as gym
-
-from epochtrain.config import (
-    Config,
-    IgnoredSetting,
-    check_field_names,
-    close_matches,
-    keeping_ignored,
-    keeps_ignored,
-    param,
-)
+from epochtrain.config import Config, check_field_names, param
+from epochtrain.config_ignored import IgnoredSetting, keeping_ignored, keeps_ignored
 from epochtrain.data.io import replace_file
-from epochtrain.envs import Backend, env_name, env_spec
+from epochtrain.envs import Backend, env_name
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
 from epochtrain.spec_data import (
@@ -58,11 +53,12 @@ from epochtrain.spec_data import (
     replace_section,
     report_ignored_changes,
     section_of,
-    text_or_none,
-    toml_value,
     warn_ignored,
     written_by_to_toml,
 )
+from epochtrain.spec_files import parse_value, read_spec_file, spec_toml
+from epochtrain.spec_names import algorithm, check_env_id, reward_threshold
+from epochtrain.suggestions import close_matches
 from epochtrain.trainer.params import TrainerParams
 
 __all__ = [
@@ -384,23 +380,7 @@ class RunSpec(Config):
         """The spec as TOML, every setting written. TOML has no null: ``None`` is written
         ``"none"``, except in a setting whose ``"none"`` would be a name (a directory or a
         dataset): there None, every spec's default, is left out."""
-
-        def lines_of(obj: Config, skip: tuple[str, ...] = ()) -> list[str]:
-            lines = []
-            names = text_or_none(type(obj))
-            for f in dataclasses.fields(obj):
-                value = getattr(obj, f.name)
-                if f.name in skip or (value is None and f.name in names):
-                    continue
-                if isinstance(value, tuple):
-                    value = list(value)
-                lines.append(f"{f.name} = {toml_value(value)}")
-            return lines
-
-        lines = lines_of(self, skip=SECTIONS)
-        for section in SECTIONS:
-            lines += ["", f"[{section}]", *lines_of(getattr(self, section))]
-        return "\n".join(lines) + "\n"
+        return spec_toml(self)
 
     def to_file(self, path: str | os.PathLike[str]) -> Path:
         """Write the spec to ``path`` (``.toml`` or ``.json``) atomically; returns the path."""
@@ -417,24 +397,7 @@ class RunSpec(Config):
         take that env's tuned values (its ``stop_at`` too), as a file naming it would.
         """
         source = Path(path)
-        if not source.is_file():
-            raise FileNotFoundError(f"spec file {os.fspath(source)!r} does not exist")
-        text = source.read_text()
-
-        def read_toml() -> Mapping[str, Any]:
-            try:
-                return tomllib.loads(text)
-            except tomllib.TOMLDecodeError as exc:
-                raise ValueError(f"{source} is not valid TOML: {exc}") from exc
-
-        def read_json() -> Mapping[str, Any]:
-            try:
-                data: Mapping[str, Any] = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{source} is not valid JSON: {exc}") from exc
-            return data
-
-        data = by_suffix(source, toml=read_toml, json=read_json)
+        data = read_spec_file(source)
         if env_id is not None:
             data = {**data, "env_id": env_id}
         try:
@@ -447,86 +410,3 @@ def _changed(spec: RunSpec, changes: Mapping[str, Any]) -> RunSpec:
     """``dataclasses.replace(spec, **changes)``, its ignored settings left to the caller."""
     with keeping_ignored():
         return dataclasses.replace(spec, **changes)
-
-
-def algorithm(name: str) -> Algorithm:
-    """The registry entry of ``name``; ``ValueError`` naming the registered ones."""
-    if name not in ALGORITHMS:
-        raise ValueError(
-            f"algo must be one of {sorted(ALGORITHMS)}, got {name!r}"
-            f"{close_matches(name, ALGORITHMS)}"
-        )
-    return ALGORITHMS[name]
-
-
-def reward_threshold(env_id: str) -> float | None:
-    """The ``reward_threshold`` of the registered env ``env_id`` as a float, None when its
-    spec has none: where :meth:`RunSpec.default` stops."""
-    threshold = env_spec(env_id).reward_threshold
-    return None if threshold is None else float(threshold)
-
-
-def check_env_id(env_id: str) -> None:
-    """``ValueError`` unless ``env_id`` is a registered gymnasium env (``"module:EnvId"``
-    imports ``module`` first, :func:`~epochtrain.envs.env_spec`); ``TypeError`` for an
-    env object."""
-    if not isinstance(env_id, str):
-        raise TypeError(
-            f"env_id must be a gymnasium env id (str) such as 'CartPole-v1', got a "
-            f"{type(env_id).__name__}: register the env (gymnasium.register(id, entry_point)) "
-            "and pass its id, or build a trainer from your own vector env (README: Building "
-            "the pieces by hand)"
-        )
-    try:
-        env_spec(env_id)
-    except gym.error.NamespaceNotFound as exc:
-        raise ValueError(_namespace_not_found(env_id)) from exc
-    except gym.error.Error as exc:
-        raise ValueError(
-            f"env_id {env_id!r} is not a registered gymnasium env ({exc}); use an id such as "
-            "'CartPole-v1', or 'your_package.envs:YourEnv-v0' for an env your package registers"
-        ) from exc
-
-
-_NAMESPACE_PACKAGES: Mapping[str, tuple[str, str]] = types.MappingProxyType(
-    {"ALE": ("ale-py", "ale_py")}
-)
-"""Env namespaces whose package is known: ``{namespace: (pip name, module)}``."""
-
-
-def _namespace_not_found(env_id: str) -> str:
-    """Why ``env_id``'s namespace (``ALE`` of ``ALE/Pong-v5``) is not registered: its
-    package is not imported (gymnasium >= 1.0 imports none by itself), and the
-    ``module:EnvId`` form that imports it."""
-    module, _, name = env_id.rpartition(":")
-    namespace = name.partition("/")[0]
-    known = _NAMESPACE_PACKAGES.get(namespace)
-    if known is not None and not module:
-        pip_name, known_module = known
-        return (
-            f"env_id {env_id!r}: namespace {namespace!r} is registered by the package "
-            f"{pip_name}, which gymnasium does not import by itself: install it (pip install "
-            f"{pip_name}) and pass '{known_module}:{name}', which imports {known_module} first "
-            f"(in Python, `import {known_module}` before building also works)"
-        )
-    if module:
-        return (
-            f"env_id {env_id!r}: the module {module!r} was imported but registers no env in "
-            f"the namespace {namespace!r}: check the id, or name the module that registers it"
-        )
-    return (
-        f"env_id {env_id!r}: no env is registered in the namespace {namespace!r}; install "
-        f"the package that registers it and pass '<its module>:{name}' (the module is "
-        "imported first, which registers its envs)"
-    )
-
-
-def parse_value(text: str) -> Any:
-    """A ``--set`` value: a TOML literal (``3e-4``, ``true``, ``[64, 64]``, ``"x"``),
-    ``none``/``None`` for None, else the text as a string."""
-    if text in ("none", "None", "null"):
-        return None
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except Exception:  # not a TOML literal: a bare string such as a path or a name
-        return text

@@ -264,7 +264,7 @@ def parse_set_options(items: Sequence[str]) -> dict[str, Any]:
     """``{name: value}`` of ``--set NAME=VALUE`` options (values as
     :func:`~epochtrain.spec.parse_value` reads them); ``ValueError`` for an item without
     ``=``, and for ``algo`` or ``env_id``, naming the option that chooses them."""
-    from epochtrain.spec import parse_value
+    from epochtrain.spec_files import parse_value
 
     overrides: dict[str, Any] = {}
     for item in items:

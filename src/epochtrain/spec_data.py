@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from epochtrain.config import (
-    Config,
+from epochtrain.config import Config, action_settings, check_field_names
+from epochtrain.config_ignored import (
     IgnoredSetting,
-    action_settings,
-    check_field_names,
     refuse_ignored,
     report_ignored_changes,
     toml_value,

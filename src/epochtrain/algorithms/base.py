@@ -19,7 +19,8 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from epochtrain.config import Config, keeps_ignored, refuse_ignored
+from epochtrain.config import Config
+from epochtrain.config_ignored import keeps_ignored, refuse_ignored
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.errors import NonFiniteError
 from epochtrain.nets import SoftUpdate, check_has_elements

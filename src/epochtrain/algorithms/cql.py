@@ -30,7 +30,8 @@ from torch import Tensor, nn
 
 from epochtrain.algorithms.base import TrainerKind, resolve_config
 from epochtrain.algorithms.sac import SACBase, SACConfig, SACTrainingStats
-from epochtrain.config import IgnoredSetting, param
+from epochtrain.config import param
+from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 

@@ -42,7 +42,8 @@ from epochtrain.algorithms.base import (
     resolve_config,
     row_means,
 )
-from epochtrain.config import Config, IgnoredSetting, param
+from epochtrain.config import Config, param
+from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.prioritized import PrioritizedReplayBuffer

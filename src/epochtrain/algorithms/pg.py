@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 from epochtrain.algorithms.actor_critic import ActorCriticConfig, ActorCriticPolicy
 from epochtrain.algorithms.base import resolve_config
-from epochtrain.config import IgnoredSetting, param
+from epochtrain.config import param
+from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 

@@ -44,7 +44,8 @@ from epochtrain.algorithms.base import (
     normal_like,
     resolve_config,
 )
-from epochtrain.config import Config, IgnoredSetting, param
+from epochtrain.config import Config, param
+from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import (
     MLP,

@@ -29,7 +29,8 @@ import torch
 from epochtrain.algorithms.base import resolve_config
 from epochtrain.algorithms.ddpg import DDPGConfig, DDPGTrainingStats
 from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
-from epochtrain.config import IgnoredSetting, param
+from epochtrain.config import param
+from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import Batch
 from epochtrain.stats import SequenceSummaryStats
 

@@ -5,12 +5,17 @@ same time index), so each env's column keeps its rollout order and GAE or n-step
 vectorise over the time axis. Storage is allocated on the first ``add`` from the shapes
 and dtypes it sees, lives in CPU memory (writes go through numpy views, so a row costs a
 few microseconds), and sampled batches are moved to ``device``.
+
+This module reads the buffer (uniform sampling, n-step transitions, rollouts) and holds
+its files (:meth:`ReplayBuffer.save`, :meth:`ReplayBuffer.load`) and :func:`rollout_rows`;
+writing rows, the counters, ``state_dict`` and ``mark``/``rewind`` are in its base class,
+:class:`~epochtrain.data.buffer_ring.RingStorage` (``BufferMark`` is re-exported here).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,21 +23,15 @@ import torch
 from torch import Tensor
 
 from epochtrain.data.batch import EXTRA_FIELDS, Batch
+from epochtrain.data.buffer_ring import BufferMark, RingStorage
 from epochtrain.data.buffer_storage import (
     BUFFER_FORMAT_VERSION,
     ObsArray,
-    alloc,
-    alloc_obs,
-    check_memory,
     check_n_step,
-    check_state,
     flags_as_bool,
-    flat_views,
     gather,
-    numpy_views,
     obs_index,
     read_state_file,
-    write_obs,
     write_state_file,
 )
 from epochtrain.data.n_step import NStepTable, RingView, refresh
@@ -51,165 +50,14 @@ def rollout_rows(env_steps: int, num_envs: int, *, same_step: bool) -> int:
     return rows if same_step else 2 * rows + 1
 
 
-class ReplayBuffer:
+class ReplayBuffer(RingStorage):
     """Ring buffer of transitions from ``num_envs`` parallel envs.
 
     ``capacity`` counts transitions over all envs; each env's ring holds
     ``capacity // num_envs`` of them. ``device`` is where sampled batches go.
     """
 
-    def __init__(self, capacity: int, num_envs: int = 1, *, device: str | torch.device = "cpu"):
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if not isinstance(capacity, int) or capacity < num_envs:
-            raise ValueError(
-                f"capacity must be an int >= num_envs ({num_envs}), got {capacity!r}: "
-                "each env needs room for at least one transition"
-            )
-        self.capacity = capacity
-        self.num_envs = num_envs
-        self.rows = capacity // num_envs
-        self.device = torch.device(device)
-        self.source: str | None = None
-        """Where the transitions came from (the file of :meth:`load`, ``minari:<id>`` of
-        :meth:`from_minari`), named in errors about the data; None for a buffer filled here."""
-        self._cursor = 0  # next time row to write
-        self._size = 0  # filled time rows
-        self._n_invalid = 0
-        self._rows_written = 0  # since construction: lets rewind() tell what was overwritten
-        self._clears = 0
-        # bumped whenever rows change other than by add() (clear, rewind, a load,
-        # end_episodes): the n-step table is then refilled instead of brought up to date
-        self._layout = 0
-        self._n_step: NStepTable | None = None
-        self._storage: dict[str, Any] | None = None
-        self._views: dict[str, Any] = {}
-        self._flat: dict[str, Any] = {}  # the views as [rows * envs, ...]: sampling gathers
-        self._flat_obs = True  # obs are one array (not a dict): written without recursion
-        # Invalid transitions per time row, so overwriting a row needs no scan of it; made
-        # with the storage, after its memory check (a list of 1e10 rows would not fit)
-        self._row_invalid: list[int] = []
-
-    # ----------------------------------------------------------------- writing
-    def add(
-        self,
-        obs: ObsArray,
-        act: np.ndarray,
-        rew: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        obs_next: ObsArray,
-        extras: dict[str, np.ndarray] | None = None,
-        valid: np.ndarray | None = None,
-    ) -> None:
-        """Write one transition per env at the current time row.
-
-        ``valid`` marks rows that hold a real transition (False for the reset step of a
-        NEXT_STEP-autoreset env); those rows are never sampled nor learned from.
-        """
-        if self._storage is None:
-            self._allocate(obs, act, extras or {})
-        t = self._cursor
-        v = self._views
-        if self._flat_obs:
-            v["obs"][t] = obs
-            v["obs_next"][t] = obs_next
-        else:
-            write_obs(v["obs"], t, obs)
-            write_obs(v["obs_next"], t, obs_next)
-        v["act"][t] = act
-        v["rew"][t] = rew
-        v["terminated"][t] = terminated
-        v["truncated"][t] = truncated
-        if valid is None:
-            v["valid"][t] = True
-            n_invalid = 0
-        else:
-            v["valid"][t] = valid
-            n_invalid = self.num_envs - int(np.count_nonzero(valid))
-        self._n_invalid += n_invalid - self._row_invalid[t]
-        self._row_invalid[t] = n_invalid
-        if extras:
-            for k, value in extras.items():
-                v[k][t] = value
-        self._cursor = t + 1 if t + 1 < self.rows else 0
-        self._rows_written += 1
-        if self._size < self.rows:
-            self._size += 1
-
-    def end_episodes(self) -> None:
-        """Mark the newest transition of each env truncated, unless it already ends its
-        episode (or is an invalid reset step).
-
-        For a collector that abandons the episodes in progress (``Collector.reset``, a
-        resume whose envs could not be saved): each env's next row starts a new episode,
-        so no n-step window may run on into it. The newest ``obs_next`` is the genuine next
-        observation, so the transition still bootstraps from it, as a time-limit cut does.
-        """
-        if self._storage is None or self._size == 0:
-            return
-        t = (self._cursor - 1) % self.rows
-        v = self._views
-        v["truncated"][t] |= v["valid"][t] & ~v["terminated"][t]
-        self._layout += 1  # the n-step windows that ran through row t are summed anew
-
-    def _allocate(self, obs: ObsArray, act: np.ndarray, extras: dict[str, np.ndarray]) -> None:
-        allowed = tuple(k for k in EXTRA_FIELDS if k != "valid")
-        unknown = set(extras) - set(allowed)
-        if unknown:
-            raise ValueError(
-                f"extras {sorted(unknown)} are not Batch fields an algorithm may fill; "
-                f"allowed: {allowed} (``valid`` is the buffer's own)"
-            )
-        n, rows = self.num_envs, self.rows
-        act_arr = np.asarray(act)
-        if act_arr.dtype == np.float64:
-            act_arr = act_arr.astype(np.float32)
-        check_memory(obs, act_arr, rows, n)
-        storage: dict[str, Any] = {
-            "obs": alloc_obs(obs, rows, n),
-            "obs_next": alloc_obs(obs, rows, n),
-            "act": alloc(act_arr, rows, n),
-            "rew": torch.zeros((rows, n), dtype=torch.float32),
-            "terminated": torch.zeros((rows, n), dtype=torch.bool),
-            "truncated": torch.zeros((rows, n), dtype=torch.bool),
-            "valid": torch.zeros((rows, n), dtype=torch.bool),
-        }
-        for k, value in extras.items():
-            storage[k] = alloc(np.asarray(value), rows, n)
-        self._set_storage(storage)
-
-    def _set_storage(self, storage: dict[str, Any]) -> None:
-        self._storage = storage
-        self._row_invalid = [0] * self.rows
-        self._views = {k: numpy_views(v) for k, v in storage.items()}
-        self._flat = {k: flat_views(v) for k, v in self._views.items()}
-        self._flat_obs = isinstance(storage["obs"], Tensor)
-
-    def clear(self) -> None:
-        """Forget every transition (storage stays allocated)."""
-        self._clears += 1
-        self._layout += 1
-        self._cursor = 0
-        self._size = 0
-        self._n_invalid = 0
-        self._row_invalid = [0] * len(self._row_invalid)
-
     # ----------------------------------------------------------------- reading
-    @property
-    def cursor(self) -> int:
-        """The time row the next ``add`` writes (the newest row is the one before it)."""
-        return self._cursor
-
-    def __len__(self) -> int:
-        """Number of stored transitions over all envs."""
-        return self._size * self.num_envs
-
-    @property
-    def n_valid(self) -> int:
-        """Number of stored transitions that can be sampled."""
-        return len(self) - self._n_invalid
-
     def valid_values(self, field: str) -> Tensor:
         """The values of a tensor field (``"act"``, ``"rew"``, ...) at every valid stored
         transition, ``[n_valid, ...]``, in storage order (a copy of that field only), e.g. to
@@ -371,107 +219,7 @@ class ReplayBuffer:
         order = (torch.arange(self.rows) + self._cursor) % self.rows
         return self._batch(lambda t: t[order])
 
-    # --------------------------------------------------------------- persisting
-    def state_dict(self) -> dict[str, Any]:
-        """A copy of the filled rows, the cursor and the fill level, for checkpoints and files.
-
-        Only the ``size`` filled time rows are copied, so a checkpoint's size follows the
-        fill level, not the capacity (a ring that has wrapped is full: every row is data).
-        """
-        storage = None
-        if self._storage is not None:
-            size = self._size
-            storage = {
-                k: obs_index(v, lambda t: t[:size].clone()) for k, v in self._storage.items()
-            }
-        return {
-            "format_version": BUFFER_FORMAT_VERSION,
-            "capacity": self.capacity,
-            "num_envs": self.num_envs,
-            "cursor": self._cursor,
-            "size": self._size,
-            "n_invalid": self._n_invalid,
-            "storage": storage,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (capacity and num_envs must match).
-
-        Checked first (:meth:`check_state_dict`): on error the buffer is unchanged. The
-        storage is copied, so ``state`` can be loaded again or into several buffers.
-        """
-        self.check_state_dict(state)
-        self._load_state(state, copy=True)
-
-    def check_state_dict(self, state: Any) -> None:
-        """Raise ``ValueError`` naming the entry unless :meth:`load_state_dict` can restore
-        ``state`` into this buffer (capacity, num_envs, counters, field shapes); changes
-        nothing."""
-        fields = None if self._storage is None else set(self._storage)
-        check_state(state, capacity=self.capacity, num_envs=self.num_envs, fields=fields)
-
-    def _load_state(self, state: dict[str, Any], *, copy: bool) -> None:
-        storage = state["storage"]
-        if storage is not None:
-            rows = self.rows
-
-            def own(t: Tensor) -> Tensor:
-                t = t.detach().to("cpu")
-                if t.shape[0] == rows:  # a full ring, or a file of the capacity-sized format
-                    return t.clone() if copy else t.contiguous()
-                full = torch.zeros((rows, *t.shape[1:]), dtype=t.dtype)
-                full[: t.shape[0]] = t
-                return full
-
-            storage = {k: obs_index(v, own) for k, v in storage.items()}
-        self._layout += 1
-        self._cursor = int(state["cursor"])
-        self._size = int(state["size"])
-        if storage is None:
-            self._storage, self._views, self._flat = None, {}, {}
-            self._row_invalid = []
-        else:
-            self._set_storage(storage)
-            # Rows past the fill level may hold stale flags from before a clear().
-            invalid = (~storage["valid"][: self._size]).sum(dim=1)
-            self._row_invalid[: self._size] = invalid.tolist()
-        self._n_invalid = sum(self._row_invalid)
-
-    def mark(self) -> BufferMark:
-        """The write position now, for :meth:`rewind` (O(1) but for the per-row counts)."""
-        return BufferMark(
-            self._cursor, self._size, self._rows_written, self._clears, list(self._row_invalid)
-        )
-
-    def rewind(self, mark: BufferMark) -> None:
-        """Forget the rows written since ``mark``.
-
-        Exact while the ring had room; rows of older data that were overwritten since are
-        marked invalid (never sampled), since their old content is gone.
-        """
-        written = self._rows_written - mark.rows_written
-        rewound = [(mark.cursor + i) % self.rows for i in range(min(written, self.rows))]
-        if mark.clears != self._clears:  # cleared since: any old row may have been rewritten
-            rewound = list(range(min(written, self.rows)))
-            overwritten = list(range(mark.size))
-        else:
-            overwritten = [row for row in rewound if row < mark.size]
-        self._cursor, self._size, self._rows_written = mark.cursor, mark.size, mark.rows_written
-        self._clears = mark.clears
-        self._layout += 1
-        self._row_invalid = list(mark.row_invalid)
-        if self._storage is not None and not self._row_invalid:  # marked before the storage
-            self._row_invalid = [0] * self.rows
-        if overwritten and self._storage is not None:
-            self._storage["valid"][overwritten] = False
-            for row in overwritten:
-                self._row_invalid[row] = self.num_envs
-        self._n_invalid = sum(self._row_invalid[: self._size])
-        self._forget_rows(sorted(set(rewound) | set(overwritten)))
-
-    def _forget_rows(self, rows: list[int]) -> None:
-        """Subclasses drop what they keep about ``rows`` (e.g. sampling priorities)."""
-
+    # -------------------------------------------------------------------- files
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the buffer to ``path`` atomically (temporary file, fsync, then rename).
 
@@ -507,16 +255,3 @@ class ReplayBuffer:
         from epochtrain.data.minari import load_minari_buffer  # optional extra, loaded late
 
         return load_minari_buffer(dataset, device=device)
-
-
-@dataclass(frozen=True)
-class BufferMark:
-    """A buffer's write position, from :meth:`ReplayBuffer.mark`."""
-
-    cursor: int
-    size: int
-    rows_written: int
-    clears: int
-    row_invalid: list[int]
-    extra: dict[str, Any] | None = None
-    """What a subclass keeps beside the rows and restores on rewind (e.g. priorities)."""

@@ -21,6 +21,9 @@ it, such as a ``logp``); an exception in the env's ``step()`` or ``reset()`` clo
 the env (no worker process is left behind) and is re-raised as an ``EnvError`` naming the
 sub-env and the env id (see :mod:`epochtrain.data.env_faults`).
 
+A policy built for other spaces than the envs' is refused when the collector is built
+(:func:`~epochtrain.data.spaces.check_policy_spaces`, re-exported here).
+
 The policy's actions reach the env through :func:`~epochtrain.data.actions.env_action_map`
 (clipped to a bounded Box, shifted to a ``Discrete``'s ``start``); the buffer keeps the
 policy's own actions.
@@ -64,6 +67,7 @@ from epochtrain.data.env_faults import (
     terminate_workers,
 )
 from epochtrain.data.env_snapshots import env_levels, env_snapshot, restore_env, unpickle_env
+from epochtrain.data.spaces import check_policy_spaces
 from epochtrain.errors import EnvError
 from epochtrain.stats import CollectStats
 
@@ -435,77 +439,6 @@ class Collector:
         self._ep_return = np.array(state["ep_return"], dtype=np.float64)
         self._ep_len = np.array(state["ep_len"], dtype=np.int64)
         self._resetting = np.flatnonzero(np.asarray(state["resetting"], dtype=bool))
-
-
-def check_policy_spaces(policy: object, env: gym.vector.VectorEnv[Any, Any, Any]) -> None:
-    """Raise ``ValueError`` unless a policy built for its ``observation_space`` and
-    ``action_space`` can act on ``env``: the same kinds of space, of the same shapes
-    (sizes of a ``Discrete``, keys of a ``Dict``, ...). Bounds and dtypes may differ (the
-    collector clips actions to the env's bounds), and so may a ``Discrete`` action space's
-    ``start`` (actions are shifted to the env's). Only a module that records both spaces
-    (every :class:`~epochtrain.Policy`) is checked: another :class:`Actor` (a wrapper that
-    transforms observations, a random actor holding the batched action space) is not."""
-    owns = [getattr(policy, f"{kind}_space", None) for kind in ("observation", "action")]
-    if not isinstance(policy, torch.nn.Module) or not all(isinstance(o, gym.Space) for o in owns):
-        return
-    for kind, own, theirs in (
-        ("observation", owns[0], env.single_observation_space),
-        ("action", owns[1], env.single_action_space),
-    ):
-        assert isinstance(own, gym.Space)
-        why = _space_mismatch(own, theirs, with_start=kind == "observation")
-        if why is not None:
-            name = type(policy).__name__
-            raise ValueError(
-                f"the policy ({name}) was built for the {kind} space {_describe(own)}, but "
-                f"env's is {_describe(theirs)} ({why}): build the policy from the envs it acts on, "
-                f"{name}(env.single_observation_space, env.single_action_space, ...), or "
-                "give the collector envs of the spaces the policy was built for"
-            )
-
-
-def _describe(space: gym.Space[Any]) -> str:
-    """A space in a few words: a Box by its shape and dtype (its bounds may be long)."""
-    if isinstance(space, gym.spaces.Box):
-        return f"Box(shape={space.shape}, {space.dtype})"
-    return str(space)
-
-
-def _space_mismatch(own: gym.Space[Any], theirs: gym.Space[Any], *, with_start: bool) -> str | None:
-    """Why a policy built for ``own`` cannot take or give the values of ``theirs``, or None."""
-    spaces = gym.spaces
-    if type(own) is not type(theirs):
-        return f"a {type(own).__name__}, not a {type(theirs).__name__}"
-    if isinstance(own, spaces.Box | spaces.MultiBinary | spaces.MultiDiscrete):
-        if own.shape != theirs.shape:
-            return f"shape {own.shape} vs {theirs.shape}"
-        if isinstance(own, spaces.MultiDiscrete):
-            assert isinstance(theirs, spaces.MultiDiscrete)
-            if not np.array_equal(own.nvec, theirs.nvec):
-                return f"nvec {own.nvec.tolist()} vs {theirs.nvec.tolist()}"
-    elif isinstance(own, spaces.Discrete):
-        assert isinstance(theirs, spaces.Discrete)
-        if own.n != theirs.n:
-            return f"{int(own.n)} values vs {int(theirs.n)}"
-        if with_start and own.start != theirs.start:
-            return f"start {int(own.start)} vs {int(theirs.start)}"
-    elif isinstance(own, spaces.Dict):
-        assert isinstance(theirs, spaces.Dict)
-        if set(own.spaces) != set(theirs.spaces):
-            return f"keys {sorted(own.spaces)} vs {sorted(theirs.spaces)}"
-        for key, sub in own.spaces.items():
-            why = _space_mismatch(sub, theirs.spaces[key], with_start=with_start)
-            if why is not None:
-                return f"key {key!r}: {why}"
-    elif isinstance(own, spaces.Tuple):
-        assert isinstance(theirs, spaces.Tuple)
-        if len(own.spaces) != len(theirs.spaces):
-            return f"{len(own.spaces)} entries vs {len(theirs.spaces)}"
-        for i, (a, b) in enumerate(zip(own.spaces, theirs.spaces, strict=True)):
-            why = _space_mismatch(a, b, with_start=with_start)
-            if why is not None:
-                return f"entry {i}: {why}"
-    return None
 
 
 def _transformed_rows(final: np.ndarray, done: np.ndarray, transform: ObsTransform) -> Any:

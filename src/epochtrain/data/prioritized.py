@@ -30,7 +30,8 @@ import torch
 from torch import Tensor
 
 from epochtrain.data.batch import Batch
-from epochtrain.data.buffer import BufferMark, ObsArray, ReplayBuffer
+from epochtrain.data.buffer import ObsArray, ReplayBuffer
+from epochtrain.data.buffer_ring import BufferMark
 from epochtrain.data.sum_tree import SumTree
 
 __all__ = ["PrioritizedReplayBuffer"]

@@ -126,8 +126,8 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from epochtrain.spec import parse_value
     from epochtrain.spec_args import parse_set_options
+    from epochtrain.spec_files import parse_value
 
     overrides: dict[str, Any] = {}
     for flag, (name, _) in _setting_flags().items():

@@ -54,7 +54,8 @@ from epochtrain.experiment.runs import (
     spec_of,
     timed_epoch,
 )
-from epochtrain.spec import RunSpec, algorithm, check_env_id
+from epochtrain.spec import RunSpec
+from epochtrain.spec_names import algorithm, check_env_id
 
 __all__ = ["BACKENDS", "Backend", "grid", "run_experiment"]
 

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from epochtrain.data.buffer import BufferMark, ReplayBuffer
+from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.buffer_ring import BufferMark
 from epochtrain.data.collector import Collector
 from epochtrain.data.env_faults import nonfinite_tensor
 from epochtrain.errors import LAST_CHECKPOINT_NOTE, EnvError, NonFiniteError
