@@ -14,10 +14,21 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for the test: two spinning OpenMP threads on a loaded 2-core
+    machine make tiny gradient steps tens of times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

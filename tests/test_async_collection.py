@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,14 +57,7 @@ def dqn(**overrides: Any) -> BaseTrainer[Any]:
 BUILDERS = {"sac": sac, "dqn": dqn}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: two spinning OpenMP threads on a loaded 2-core machine make
-    tiny gradient steps tens of times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def weights_equal(a: Policy[Any], b: Policy[Any]) -> bool:

@@ -10,8 +10,6 @@ sub-env and the step, and nothing is stored or learned from them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -23,13 +21,7 @@ from epochtrain.algorithms import PPO
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.errors import NonFiniteError
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_a_gaussian_whose_std_underflowed_stops_ppo_naming_its_log_std_not_the_loss() -> None:

@@ -12,7 +12,6 @@ asynchronous collection, off- and on-policy.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -33,12 +32,7 @@ from epochtrain.trainer.params import OffpolicyParams
 ENV_BLAME = ("check the env", "NaN guard", "TransformObservation", "observation of sub-env")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class Received(gym.vector.VectorWrapper):
