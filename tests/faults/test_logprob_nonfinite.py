@@ -40,6 +40,7 @@ def test_a_gaussian_whose_std_underflowed_stops_ppo_naming_its_log_std_not_the_l
         assert "log-probability of the action" in message
         assert "log_std [-100.0]" in message and "not the env" in message
         assert "loss" not in message.split(":")[0]
+        assert "on_nonfinite='stop'" in message and "'skip'" not in message  # it would stop
         assert trainer.state.gradient_step == 0
         after = policy.state_dict()
         assert all(torch.equal(v, after[k]) for k, v in before.items())

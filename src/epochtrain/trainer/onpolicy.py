@@ -88,7 +88,9 @@ class OnpolicyTrainer(OnlineTrainer[TTrainingStats]):
         try:
             batch = self.policy.process_rollout(rollout).flatten()
         except NonFiniteError as exc:  # the policy's logp of the rollout (PPO): no step on it
-            on_nonfinite(self, exc, f"the update after env step {self.state.env_step}")
+            # the rollout, not one gradient step, is at fault: "skip" stops here too
+            step = f"the update after env step {self.state.env_step}"
+            on_nonfinite(self, exc, step, skippable=False)
             buffer.clear()
             return self._finish_update(time.perf_counter() - start)
         if batch.valid is not None and not bool(batch.valid.all()):

@@ -57,15 +57,21 @@ def last_checkpoint_text(trainer: BaseTrainer[Any]) -> str:
     return f"the last good checkpoint is {os.fspath(last)!r} (resume_from={os.fspath(last)!r})"
 
 
-def on_nonfinite(trainer: BaseTrainer[Any], exc: NonFiniteError, step: str) -> None:
-    """Apply ``trainer.params.on_nonfinite`` to ``exc`` (``step`` says where it happened)."""
+def on_nonfinite(
+    trainer: BaseTrainer[Any], exc: NonFiniteError, step: str, *, skippable: bool | None = None
+) -> None:
+    """Apply ``trainer.params.on_nonfinite`` to ``exc`` (``step`` says where it happened).
+    ``skippable``: whether ``"skip"`` would skip it (by default: not env data, which has an
+    env step); what cannot be skipped stops the run under ``"skip"`` as under ``"stop"``."""
     message = (
         f"{exc} at {step} (epoch {trainer.state.epoch}); {_weights_text(trainer)}; "
         f"{last_checkpoint_text(trainer)}"
     )
     if trainer.params.on_nonfinite == "raise":
         # env data (it has an env step) cannot be skipped: "skip" stops there as "stop" does
-        skip = "" if exc.env_step is not None else ", or 'skip' to skip such gradient steps"
+        if skippable is None:
+            skippable = exc.env_step is None
+        skip = ", or 'skip' to skip such gradient steps" if skippable else ""
         raise NonFiniteError(
             f"{message}. Set on_nonfinite='stop' to end the run there instead{skip}",
             where=exc.where,
