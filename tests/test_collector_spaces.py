@@ -155,3 +155,16 @@ def test_record_dataset_with_a_policy_for_other_spaces_closes_its_envs(
         record_dataset(policy, "CartPole-v1", 10, tmp_path / "d.pt")
     assert len(made) == 1 and made[0].closed
     assert not (tmp_path / "d.pt").exists()
+
+
+def test_a_policy_that_scales_its_actions_to_its_bounds_needs_the_envs_bounds() -> None:
+    from epochtrain.algorithms.sac import SAC
+
+    envs = gym.make_vec("Pendulum-v1", num_envs=1, vectorization_mode="sync")  # [-2, 2]
+    obs = envs.single_observation_space
+    narrow = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    with pytest.raises(ValueError, match=r"bounds \[\[-1.0\], \[1.0\]\] vs \[\[-2.0\], \[2.0\]\]"):
+        Collector(SAC(obs, narrow), envs)  # its actions would reach only half the range
+    Collector(SAC(obs, envs.single_action_space), envs).collect(n_step=2)
+    Collector(PPO(obs, narrow), envs).collect(n_step=2)  # sampled, then clipped to the env's
+    envs.close()

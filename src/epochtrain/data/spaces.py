@@ -2,7 +2,9 @@
 
 The :class:`~epochtrain.data.collector.Collector` calls it when it is built, before any env
 is stepped: the observation and action spaces must be of the same kinds and shapes (sizes
-of a ``Discrete``, keys of a ``Dict``, ...); bounds and dtypes may differ. A trainer's own
+of a ``Discrete``, keys of a ``Dict``, ...); bounds and dtypes may differ, except the
+action bounds of a policy that scales its actions to its own (SAC, TD3, DDPG: they are not
+clipped to the env's). A trainer's own
 check of its collectors' envs is :func:`epochtrain.trainer.checks.check_env_spaces`.
 """
 
@@ -21,7 +23,9 @@ def check_policy_spaces(policy: object, env: gym.vector.VectorEnv[Any, Any, Any]
     """Raise ``ValueError`` unless a policy built for its ``observation_space`` and
     ``action_space`` can act on ``env``: the same kinds of space, of the same shapes
     (sizes of a ``Discrete``, keys of a ``Dict``, ...). Bounds and dtypes may differ (the
-    collector clips actions to the env's bounds), and so may a ``Discrete`` action space's
+    collector clips actions to the env's bounds), but not the action bounds of a policy
+    with ``bounded_actions`` (its tanh is scaled to its own bounds, and its actions are
+    not clipped), and so may a ``Discrete`` action space's
     ``start`` (actions are shifted to the env's). Only a module that records both spaces
     (every :class:`~epochtrain.Policy`) is checked: another :class:`~epochtrain.data.Actor`
     (a wrapper that transforms observations, a random actor holding the batched action
@@ -34,7 +38,8 @@ def check_policy_spaces(policy: object, env: gym.vector.VectorEnv[Any, Any, Any]
         ("action", owns[1], env.single_action_space),
     ):
         assert isinstance(own, gym.Space)
-        why = _space_mismatch(own, theirs, with_start=kind == "observation")
+        bounds = kind == "action" and bool(getattr(policy, "bounded_actions", False))
+        why = _space_mismatch(own, theirs, with_start=kind == "observation", bounds=bounds)
         if why is not None:
             name = type(policy).__name__
             raise ValueError(
@@ -52,14 +57,24 @@ def _describe(space: gym.Space[Any]) -> str:
     return str(space)
 
 
-def _space_mismatch(own: gym.Space[Any], theirs: gym.Space[Any], *, with_start: bool) -> str | None:
-    """Why a policy built for ``own`` cannot take or give the values of ``theirs``, or None."""
+def _space_mismatch(
+    own: gym.Space[Any], theirs: gym.Space[Any], *, with_start: bool, bounds: bool = False
+) -> str | None:
+    """Why a policy built for ``own`` cannot take or give the values of ``theirs``, or None
+    (``bounds``: a Box's bounds must be the same too)."""
     spaces = gym.spaces
     if type(own) is not type(theirs):
         return f"a {type(own).__name__}, not a {type(theirs).__name__}"
     if isinstance(own, spaces.Box | spaces.MultiBinary | spaces.MultiDiscrete):
         if own.shape != theirs.shape:
             return f"shape {own.shape} vs {theirs.shape}"
+        if bounds and isinstance(own, spaces.Box) and not _same_bounds(own, theirs):
+            assert isinstance(theirs, spaces.Box)
+            return (
+                f"bounds [{own.low.tolist()}, {own.high.tolist()}] vs "
+                f"[{theirs.low.tolist()}, {theirs.high.tolist()}]: its actions are "
+                "scaled to its own bounds and not clipped to the env's"
+            )
         if isinstance(own, spaces.MultiDiscrete):
             assert isinstance(theirs, spaces.MultiDiscrete)
             if not np.array_equal(own.nvec, theirs.nvec):
@@ -87,3 +102,11 @@ def _space_mismatch(own: gym.Space[Any], theirs: gym.Space[Any], *, with_start: 
             if why is not None:
                 return f"entry {i}: {why}"
     return None
+
+
+def _same_bounds(own: gym.spaces.Box, theirs: gym.Space[Any]) -> bool:
+    return (
+        isinstance(theirs, gym.spaces.Box)
+        and np.array_equal(own.low, theirs.low)
+        and np.array_equal(own.high, theirs.high)
+    )
