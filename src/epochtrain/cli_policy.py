@@ -12,13 +12,16 @@ acts through its run's observation normalisation, if the run had one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from epochtrain.checkpoint_files import deferred_signals
 from epochtrain.cli import USAGE_ERRORS, command_words
 
 __all__ = ["add_collect_parser", "add_eval_parser", "run_collect", "run_eval"]
@@ -229,13 +232,14 @@ def _evaluate(args: argparse.Namespace, trainer: Any, ckpt: Path, manifest: Any)
         from epochtrain.trainer.video import record_video
 
         try:
-            path = record_video(
-                trainer.policy,
-                env_id,
-                args.video,
-                seed=args.seed,
-                obs_transform=_normalizer(trainer),
-            )
+            with _removing_new_folders(Path(args.video).parent):  # record_video makes them
+                path = record_video(
+                    trainer.policy,
+                    env_id,
+                    args.video,
+                    seed=args.seed,
+                    obs_transform=_normalizer(trainer),
+                )
         except USAGE_ERRORS as exc:
             print(f"epochtrain: error: {exc}", file=sys.stderr)
             return 2
@@ -325,8 +329,8 @@ def run_collect(args: argparse.Namespace) -> int:
     ``--out`` too), 1 when the dataset cannot be written (a full disk), 0 otherwise.
     """
     from epochtrain.data.io import check_writable_dir
-    from epochtrain.dataset import check_dataset_path, record_dataset
-    from epochtrain.spec import check_env_id
+    from epochtrain.dataset import check_dataset_path
+    from epochtrain.spec_names import check_env_id
 
     refused: tuple[type[Exception], ...] = (*USAGE_ERRORS, FileExistsError, IsADirectoryError)
     try:
@@ -353,61 +357,101 @@ def run_collect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    out = Path(args.out)
     if args.format == "minari":
-        out = Path(tempfile.mkdtemp(prefix="epochtrain-collect-")) / "dataset.buf"
+        return _collect_minari(args, policy, description, transform, refused)
     try:
-        info = record_dataset(
-            policy,
-            args.env,
-            args.steps,
-            out,
-            seed=args.seed,
-            num_envs=args.num_envs,
-            deterministic=args.deterministic,
-            policy_name=description,
-            obs_transform=transform,
-            overwrite=args.overwrite,
-        )
+        with _removing_new_folders(Path(args.out).parent):
+            info = _record(args, Path(args.out), policy, description, transform)
     except refused as exc:
         return _failed(exc)
-    where = f"{info.path} (+ .json)"
-    if args.format == "minari":
-        from epochtrain.data.minari import write_minari
-
-        missing = [option for option in _MINARI_METADATA if _option_value(args, option) is None]
-        try:
-            with warnings.catch_warnings():  # Minari's one warning per field: one line below
-                warnings.filterwarnings("ignore", message=r"`(author|author_email|code_permalink)`")
-                path = write_minari(
-                    info.path,
-                    args.out,
-                    args.env,
-                    algorithm_name=description,
-                    author=args.author,
-                    author_email=args.author_email,
-                    code_permalink=args.code_permalink,
-                    description=f"recorded by `epochtrain collect` from {description}",
-                )
-            where = str(path)
-            summary = _minari_summary(args.out, info.n_steps)
-        except refused as exc:
-            return _failed(exc)
-        finally:
-            shutil.rmtree(Path(info.path).parent, ignore_errors=True)
-        if missing:
-            warnings.warn(
-                f"the dataset has no {', '.join(missing)}: Minari recommends them for a dataset "
-                "that is shared",
-                stacklevel=1,
-            )
-        print(f"{summary} to {where}")
-        return 0
     print(
         f"Recorded {info.n_steps} env steps ({info.n_episodes} episodes, return "
-        f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {where}"
+        f"{info.return_mean:.1f} ± {info.return_std:.1f}) to {info.path} (+ .json)"
     )
     return 0
+
+
+def _record(
+    args: argparse.Namespace, out: Path, policy: Any, description: str, transform: Any
+) -> Any:
+    """:func:`~epochtrain.dataset.record_dataset` of ``args`` into ``out``."""
+    from epochtrain.dataset import record_dataset
+
+    return record_dataset(
+        policy,
+        args.env,
+        args.steps,
+        out,
+        seed=args.seed,
+        num_envs=args.num_envs,
+        deterministic=args.deterministic,
+        policy_name=description,
+        obs_transform=transform,
+        overwrite=args.overwrite,
+    )
+
+
+def _collect_minari(
+    args: argparse.Namespace,
+    policy: Any,
+    description: str,
+    transform: Any,
+    refused: tuple[type[Exception], ...],
+) -> int:
+    """Record into a buffer file in a temporary folder, then write it as the Minari dataset
+    ``args.out``. The folder goes under any error or interrupt (Ctrl-C, SIGTERM), and
+    :func:`~epochtrain.data.minari.write_minari` removes a dataset it did not finish."""
+    from epochtrain.data.minari import write_minari
+
+    scratch: Path | None = None
+    try:
+        with deferred_signals():  # no Ctrl-C between the folder's creation and its name here
+            scratch = Path(tempfile.mkdtemp(prefix="epochtrain-collect-"))
+        info = _record(args, scratch / "dataset.buf", policy, description, transform)
+        with warnings.catch_warnings():  # Minari's one warning per field: one line below
+            warnings.filterwarnings("ignore", message=r"`(author|author_email|code_permalink)`")
+            path = write_minari(
+                info.path,
+                args.out,
+                args.env,
+                algorithm_name=description,
+                author=args.author,
+                author_email=args.author_email,
+                code_permalink=args.code_permalink,
+                description=f"recorded by `epochtrain collect` from {description}",
+            )
+        summary = _minari_summary(args.out, info.n_steps)
+    except refused as exc:
+        return _failed(exc)
+    finally:
+        if scratch is not None:
+            with deferred_signals():  # a second Ctrl-C does not cut the removal short
+                shutil.rmtree(scratch, ignore_errors=True)
+    missing = [option for option in _MINARI_METADATA if _option_value(args, option) is None]
+    if missing:
+        warnings.warn(
+            f"the dataset has no {', '.join(missing)}: Minari recommends them for a dataset "
+            "that is shared",
+            stacklevel=1,
+        )
+    print(f"{summary} to {path}")
+    return 0
+
+
+@contextlib.contextmanager
+def _removing_new_folders(folder: Path) -> Iterator[None]:
+    """Remove the folders of ``folder``'s path that the block creates (``record_dataset``
+    creates ``--out``'s) if it ends in an error or interrupt and they are still empty."""
+    missing = [folder, *folder.parents]
+    created = [f for f in missing if not f.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        with deferred_signals():
+            for made in created:
+                with contextlib.suppress(OSError):  # one that another writer filled stays
+                    made.rmdir()
+        raise
 
 
 def _minari_summary(dataset_id: str, recorded_steps: int) -> str:
