@@ -14,11 +14,8 @@ import logging
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
@@ -55,16 +52,7 @@ def connect(address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    local = address in (None, "local")
-    with _ended_with_this_process(local=local) as marker, _connected(address, marker):
-        yield
-
-
-@contextlib.contextmanager
-def _connected(address: str | None, marker: str | None) -> Iterator[None]:
-    """``ray.init(address)`` for the block, ``ray.shutdown()`` after (see :func:`connect`);
-    the processes ``ray.init`` starts (and theirs) carry ``marker`` in their environment."""
-    with _sigterm_kept(), _marked(marker):
+    with _sigterm_kept():
         try:
             ray.init(
                 address=address,
@@ -86,74 +74,6 @@ def _connected(address: str | None, marker: str | None) -> Iterator[None]:
     finally:
         with _sigterm_deferred():  # the local Ray stops whole, then the SIGTERM acts
             ray.shutdown()
-
-
-_MARKER = "EPOCHTRAIN_RAY_DRIVER"
-"""Environment variable naming the driver whose local Ray a process belongs to."""
-
-_WATCHDOG = """
-import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the terminal's group: the driver's
-marker, driver = sys.argv[1].encode(), sys.argv[2]
-while sys.stdin.buffer.read(4096):
-    pass
-for pid in os.listdir("/proc"):
-    if not pid.isdigit() or pid in (str(os.getpid()), driver):
-        continue
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as environ:
-            if marker in environ.read().split(b"\\0"):
-                os.kill(int(pid), signal.SIGKILL)
-    except OSError:
-        pass
-"""
-"""Waits for the end of its stdin (the driver's exit or death), then kills every process
-whose environment holds the marker of ``argv[1]``: the local Ray the driver started."""
-
-
-@contextlib.contextmanager
-def _marked(marker: str | None) -> Iterator[None]:
-    """``marker`` (None: nothing) in this process's environment for the block only: the
-    processes started then inherit it, those the driver starts later do not."""
-    if marker is None:
-        yield
-        return
-    previous = os.environ.get(_MARKER)
-    os.environ[_MARKER] = marker
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(_MARKER, None)
-        else:
-            os.environ[_MARKER] = previous
-
-
-@contextlib.contextmanager
-def _ended_with_this_process(*, local: bool) -> Iterator[str | None]:
-    """The marker (:func:`_marked`) of the processes of a local Ray (Linux only; else, or
-    ``local=False``: None), and a watchdog that kills any so marked when this process ends
-    or dies.
-
-    Ray kills its GCS and raylet with the driver (``PR_SET_PDEATHSIG``), but not the
-    raylet's dashboard and runtime-env agents: after a ``kill -9`` of the driver they
-    report the raylet's death to the dead GCS, waiting out its 60 s timeout.
-    """
-    if not local or not sys.platform.startswith("linux"):
-        yield None
-        return
-    marker = f"{os.getpid()}-{uuid.uuid4().hex}"
-    watchdog = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _WATCHDOG, f"{_MARKER}={marker}", str(os.getpid())],
-        stdin=subprocess.PIPE,
-    )
-    try:
-        yield marker
-    finally:
-        assert watchdog.stdin is not None
-        watchdog.stdin.close()  # after ray.shutdown: it kills what shutdown left, if anything
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            watchdog.wait(timeout=10)
 
 
 @contextlib.contextmanager
