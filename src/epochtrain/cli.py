@@ -115,7 +115,7 @@ class _DefaultsFormatter(
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser; ``--help`` lists every option and setting with its default."""
     fmt = _DefaultsFormatter
-    description = __doc__.splitlines()[0].replace("``", "")  # the docstring's markup
+    description = __doc__.splitlines()[0]  # its markup: left out by the formatter
     parser = _Parser(prog="epochtrain", description=description, formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     epilog = settings_help()

@@ -96,10 +96,9 @@ class _Worker:
     lock: threading.Lock = field(default_factory=threading.Lock)
     running: bool = False
     interrupted: bool = False
-    """Its run has been interrupted (:func:`_sigterm_handler`): a run is interrupted once."""
-    stopped: bool = False
     """A run of this worker was interrupted: by the stop, or by the SIGTERM with which a
-    broken pool stops its workers; either way, no further run may start here."""
+    broken pool stops its workers (:func:`_sigterm_handler`). A run is interrupted once,
+    and no further run may start here."""
 
     def parent_gone(self) -> bool:
         return os.getppid() != self.parent_pid
@@ -165,7 +164,7 @@ def _serve(conn: Connection, stop_reader: Connection, parent_pid: int) -> None:
     worker = _worker
     assert worker is not None, "_init_worker sets it"
     with contextlib.suppress(KeyboardInterrupt):  # a stop that came as its run ended
-        while not (worker.stopped or worker.stop.is_set()):  # a stopped pool waits for it
+        while not (worker.interrupted or worker.stop.is_set()):  # a stopped pool waits for it
             try:
                 run_dir_name = conn.recv()
             except Exception:  # EOFError: no more runs, or the driver has died
@@ -205,7 +204,7 @@ def _run_in_worker(run_dir_name: str) -> str:
     worker = _worker
     assert worker is not None, "_init_worker runs first in every pool process"
     with worker.lock:
-        if worker.stopped or worker.stop.is_set() or worker.parent_gone():
+        if worker.interrupted or worker.stop.is_set() or worker.parent_gone():
             return "interrupted"
         worker.running = True
     worker.events.put((run_dir_name, "begin", 0))  # a failure counts from here
@@ -226,7 +225,7 @@ def _run_in_worker(run_dir_name: str) -> str:
         finished_result(run_dir, trainer, wall_time)
         return "finished"
     except KeyboardInterrupt:  # told to stop, or stopped by a pool another worker broke
-        worker.stopped = True
+        worker.interrupted = True
         return "interrupted"
     except Exception as exc:
         if in_use_error(run_dir, exc) is not None:
