@@ -596,6 +596,21 @@ def test_set_logdir_on_a_resumed_run_exits_2_too(
     assert not (tmp_path / "mine").exists()
 
 
+@pytest.mark.parametrize("name", ["resume_from", "trainer.resume_from"])
+def test_resume_with_set_resume_from_exits_2_asking_for_one(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--resume silently won over --set resume_from=CKPT (of another run): it continued
+    the --resume run's directory."""
+    quiet, run_dir = one_epoch_run(tmp_path, capsys)
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    resume = ["train", *quiet, "--max-epoch", "2", "--resume", str(run_dir)]
+    assert main([*resume, "--set", f"{name}={run_dir / 'checkpoints' / before[-1]}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--set resume_from both name" in err
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
+
+
 def test_td3bc_on_discrete_actions_is_refused_for_its_actions_before_asking_for_a_dataset(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

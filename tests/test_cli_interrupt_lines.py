@@ -20,7 +20,7 @@ from epochtrain.cli_interrupts import (
     interrupted_line,
     sigterm_as_interrupt,
 )
-from epochtrain.errors import LAST_CHECKPOINT_NOTE, CheckpointError
+from epochtrain.errors import LAST_CHECKPOINT_NOTE, RESUMED_FROM_NOTE, CheckpointError
 
 EPOCHTRAIN = [sys.executable, "-m", "epochtrain"]
 
@@ -42,6 +42,18 @@ def test_a_resume_stopped_before_its_first_checkpoint_keeps_the_checkpoints_and_
     assert interrupted_line(exc, argv) == (
         f"epochtrain: {what}; no new checkpoint was written and the run's checkpoints are "
         f"kept; resume with the same command: {shlex.join(['epochtrain', *argv])}"
+    )
+
+
+def test_a_new_run_from_another_runs_checkpoint_stopped_early_starts_again_from_it() -> None:
+    # `--resume <that run's directory>` would append this run's epochs to the other run
+    argv = ["train", "--algo", "ppo", "--logdir", "new", "--set", "resume_from=old/epoch_000001"]
+    exc = KeyboardInterrupt()
+    exc.add_note(RESUMED_FROM_NOTE + "old/epoch_000001")
+    assert interrupted_line(exc, argv) == (
+        "epochtrain: interrupted; no checkpoint of this run was written; the checkpoint it "
+        "resumed from is kept (old/epoch_000001); start again from it with the same command: "
+        + shlex.join(["epochtrain", *argv])
     )
 
 

@@ -31,6 +31,7 @@ from types import FrameType
 
 from epochtrain.errors import (
     LAST_CHECKPOINT_NOTE,
+    RESUMED_FROM_NOTE,
     CheckpointError,
     Terminated,
     terminated_handler,
@@ -161,12 +162,19 @@ def _continue_with(exc: BaseException, argv: list[str]) -> str | None:
         return f"finished runs and checkpoints are kept; continue with the same command: {command}"
     if argv[:1] != ["train"]:
         return None
-    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(LAST_CHECKPOINT_NOTE)]
-    if notes:
-        ckpt = notes[-1][len(LAST_CHECKPOINT_NOTE) :]
+    notes = getattr(exc, "__notes__", [])
+    last = [n[len(LAST_CHECKPOINT_NOTE) :] for n in notes if n.startswith(LAST_CHECKPOINT_NOTE)]
+    if last:
         args = _without_resume(argv)
-        command = shlex.join(["epochtrain", *args, "--resume", str(Path(ckpt).parent)])
-        return f"last checkpoint {ckpt}; resume with: {command}"
+        command = shlex.join(["epochtrain", *args, "--resume", str(Path(last[-1]).parent)])
+        return f"last checkpoint {last[-1]}; resume with: {command}"
+    source = [n[len(RESUMED_FROM_NOTE) :] for n in notes if n.startswith(RESUMED_FROM_NOTE)]
+    if source:  # another run's checkpoint: `--resume` of its directory would append to it
+        command = shlex.join(["epochtrain", *argv])
+        return (
+            f"no checkpoint of this run was written; the checkpoint it resumed from is kept "
+            f"({source[-1]}); start again from it with the same command: {command}"
+        )
     if any(_is_resume(word) for word in argv):  # stopped before its first new checkpoint
         command = shlex.join(["epochtrain", *argv])
         return (

@@ -76,6 +76,12 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     resumed = None if base is None else base.with_overrides({"checkpoint_dir": None})
     spec = resolve_spec(args, resumed=resumed)
     _refuse_logdir_setting(args, spec)
+    if base is not None and "trainer.resume_from" in _options_given(args, spec):
+        raise ValueError(
+            f"--resume {args.resume} and --set resume_from both name a checkpoint to start "
+            "from: pass one (--resume continues that run in its directory; --set "
+            "resume_from=CKPT starts a new run from CKPT)"
+        )
     if "trainer.checkpoint_dir" in _options_given(args, spec) and not spec.trainer.checkpoint_dir:
         spec = spec.with_overrides({"checkpoint_dir": ""})  # `--checkpoint-dir none`: none
     if base is None:

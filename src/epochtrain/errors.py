@@ -13,6 +13,7 @@ from types import FrameType
 
 __all__ = [
     "LAST_CHECKPOINT_NOTE",
+    "RESUMED_FROM_NOTE",
     "CheckpointError",
     "EnvError",
     "NonFiniteError",
@@ -23,7 +24,15 @@ __all__ = [
 
 LAST_CHECKPOINT_NOTE = "epochtrain: last checkpoint: "
 """Prefix of the note a trainer adds to a ``KeyboardInterrupt``: the path of its last
-checkpoint follows (the CLI prints it with the command that resumes)."""
+checkpoint follows (the CLI prints it with the command that resumes). Only a checkpoint in
+the trainer's own ``checkpoint_dir``: one it wrote, or the one of its own run it resumed
+from."""
+
+RESUMED_FROM_NOTE = "epochtrain: resumed from: "
+"""Prefix of the note in place of :data:`LAST_CHECKPOINT_NOTE` when the trainer resumed from
+a checkpoint outside its ``checkpoint_dir`` (another run's) and wrote none of its own yet:
+the path of the checkpoint it resumed from follows. That checkpoint is still what the run
+can start from again, but continuing *its* directory would append to the other run."""
 
 
 class Terminated(KeyboardInterrupt):

@@ -188,6 +188,31 @@ def test_ctrl_c_between_epochs_names_the_last_checkpoint(tmp_path: Path) -> None
     assert notes == [f"epochtrain: last checkpoint: {epoch_1}"]
 
 
+@pytest.mark.parametrize("own_dir", [False, True])
+def test_ctrl_c_before_a_resumed_run_writes_names_the_checkpoint_it_resumed_from(
+    tmp_path: Path, own_dir: bool
+) -> None:
+    # a run resumed from another run's checkpoint and stopped before writing one of its own:
+    # the note says "resumed from" (the CLI then must not continue the other run's directory,
+    # which `--resume <its dir>` would do); resumed in its own directory it is the last one
+    first = dqn_trainer(max_epoch=1, checkpoint_dir=str(tmp_path / "a"))
+    first.run()
+    (source,) = find_checkpoints(tmp_path / "a")
+    ckpt_dir = tmp_path / ("a" if own_dir else "b")
+    trainer = dqn_trainer(max_epoch=3, checkpoint_dir=str(ckpt_dir), resume_from=str(source))
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    setattr(trainer.logger, "log_info_data", interrupted)  # noqa: B010
+    with pytest.raises(KeyboardInterrupt) as info:
+        trainer.run()
+    assert find_checkpoints(tmp_path / "a") == [source]  # nothing new written
+    prefix = "epochtrain: last checkpoint: " if own_dir else "epochtrain: resumed from: "
+    notes = [n for n in getattr(info.value, "__notes__", []) if n.startswith("epochtrain:")]
+    assert notes == [f"{prefix}{source}"]
+
+
 @pytest.mark.parametrize(
     ("sig", "status", "word"),
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],

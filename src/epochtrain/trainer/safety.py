@@ -25,6 +25,7 @@ import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -33,7 +34,7 @@ from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.buffer_ring import BufferMark
 from epochtrain.data.collector import Collector
 from epochtrain.data.env_faults import nonfinite_tensor
-from epochtrain.errors import LAST_CHECKPOINT_NOTE, EnvError, NonFiniteError
+from epochtrain.errors import LAST_CHECKPOINT_NOTE, RESUMED_FROM_NOTE, EnvError, NonFiniteError
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
@@ -97,12 +98,18 @@ def _weights_text(trainer: BaseTrainer[Any]) -> str:
 def note_last_checkpoint(trainer: BaseTrainer[Any], exc: BaseException) -> None:
     """At an interrupt or error: close the progress bars, so that what is printed next starts on
     a line of its own, and add ``epochtrain: last checkpoint: <path>`` to ``exc`` (the
-    CLI prints it), once."""
+    CLI prints it), once: or ``epochtrain: resumed from: <path>`` when that checkpoint is
+    not in the trainer's ``checkpoint_dir`` (another run's, which it resumed from)."""
     trainer._progress.close()
-    if any(n.startswith(LAST_CHECKPOINT_NOTE) for n in getattr(exc, "__notes__", [])):
+    notes = getattr(exc, "__notes__", [])
+    last = trainer.last_checkpoint
+    if last is None or any(n.startswith((LAST_CHECKPOINT_NOTE, RESUMED_FROM_NOTE)) for n in notes):
         return
-    if trainer.last_checkpoint is not None:
-        exc.add_note(LAST_CHECKPOINT_NOTE + os.fspath(trainer.last_checkpoint))
+    own = trainer.params.checkpoint_dir
+    if own is not None and Path(own).resolve() == Path(last).parent.resolve():
+        exc.add_note(LAST_CHECKPOINT_NOTE + os.fspath(last))
+    else:
+        exc.add_note(RESUMED_FROM_NOTE + os.fspath(last))
 
 
 def close_envs(trainer: BaseTrainer[Any]) -> None:
