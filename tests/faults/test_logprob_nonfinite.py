@@ -121,3 +121,26 @@ def test_an_inf_logp_a_policy_returns_with_its_actions_is_blamed_on_it_and_not_s
     assert "extra 'logp' of sub-env 1 of 'CartPole-v1'" in message
     assert "returned by the policy (LogpPolicy)" in message and "not the env" in message
     assert len(buffer) == 0
+
+
+@pytest.mark.parametrize("algo", ["a2c", "pg"])
+def test_a2c_and_pg_blame_a_std_that_underflowed_not_their_loss(algo: str) -> None:
+    # they compute log-probabilities inside learn: the loss went NaN and the message was
+    # "the loss of optimizer 'a2c' is nan", as if the loss or the data were at fault
+    trainer = make_trainer(
+        algo, "Pendulum-v1", seed=0, step_per_epoch=64, step_per_collect=64, num_envs=2
+    )
+    with trainer:
+        policy = trainer.policy
+        with torch.no_grad():
+            policy.get_parameter("log_std").fill_(-100.0)
+        before = {k: v.clone() for k, v in policy.state_dict().items() if isinstance(v, Tensor)}
+        with pytest.raises(NonFiniteError) as exc:
+            next(trainer)
+        message = str(exc.value)
+        assert "log-probability of the action" in message and "row " in message
+        assert "log_std [-100.0]" in message and "not the env" in message
+        assert "optimizer" not in message
+        assert trainer.state.gradient_step == 0
+        after = policy.state_dict()
+        assert all(torch.equal(v, after[k]) for k, v in before.items())

@@ -33,6 +33,7 @@ from epochtrain.algorithms.base import resolve_config
 from epochtrain.algorithms.pg import PGTrainingStats
 from epochtrain.config import param
 from epochtrain.data.batch import Batch
+from epochtrain.errors import NonFiniteError
 from epochtrain.stats import SequenceSummaryStats
 
 __all__ = ["A2C", "A2CConfig", "A2CTrainingStats"]
@@ -114,7 +115,11 @@ class A2C(ActorCriticPolicy[A2CTrainingStats]):
         loss_critic = F.mse_loss(value, ret)
         loss_entropy = -entropy.mean()
         loss = loss_actor + self.vf_coef * loss_critic + self.ent_coef * loss_entropy
-        loss_value = self.optimize("a2c", loss, max_grad_norm=self.max_grad_norm, isolated=True)
+        try:
+            loss_value = self.optimize("a2c", loss, max_grad_norm=self.max_grad_norm, isolated=True)
+        except NonFiniteError:
+            self._refuse_logp_of_loss(batch, logp)  # a degenerate distribution, named
+            raise
         single = SequenceSummaryStats.single
         return A2CTrainingStats(
             loss=single(loss_value),

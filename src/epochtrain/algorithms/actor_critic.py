@@ -41,6 +41,8 @@ from epochtrain.algorithms.base import (
 )
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.data.env_faults import policy_fault
+from epochtrain.errors import NonFiniteError
 from epochtrain.nets import MLP, check_has_elements, flat_dim, one_d_box_hint
 from epochtrain.stats import TrainingStats
 
@@ -287,3 +289,35 @@ class ActorCriticPolicy(Policy[TStats], ABC):
         if self.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         return adv
+
+    def _degenerate_cause(self) -> str:
+        """Why the policy's distribution gave a non-finite log-probability, as far as its
+        weights tell (a full scan: on the fault path only)."""
+        if not self.discrete:
+            log_std = self.log_std.detach()
+            std, inv_std = log_std.exp(), (-log_std).exp()
+            if not bool(((std > 0) & torch.isfinite(std) & torch.isfinite(inv_std)).all()):
+                return (
+                    f"the policy is at fault, not the env; its log_std {log_std.tolist()} puts "
+                    "the Gaussian's standard deviation at 0 or inf (log_std must stay within "
+                    "about [-87, 88]): resume from the last good checkpoint, e.g. with a lower "
+                    "learning rate, or keep log_std bounded"
+                )
+        return policy_fault(self, "log_prob")
+
+    def _refuse_logp_of_loss(self, batch: Batch, logp: Tensor) -> None:
+        """For a loss of ``logp * advantage`` that went non-finite (A2C, PG): raise
+        ``NonFiniteError`` naming the first row of ``batch`` whose taken action has a NaN or
+        inf log-probability and why, when there is one; else return (the loss is at fault)."""
+        bad = ~torch.isfinite(logp.detach())
+        if not bool(bad.any()):
+            return
+        row = int(bad.nonzero()[0][0])
+        name = type(self).__name__
+        value, action = float(logp[row]), batch.act[row].tolist()
+        raise NonFiniteError(
+            f"the log-probability of the action {action} in row {row} of the batch is "
+            f"{value} under {name}, so its loss is NaN and no gradient step was taken: "
+            f"{self._degenerate_cause()}",
+            where=f"logp of the action in row {row} of the batch",
+        )

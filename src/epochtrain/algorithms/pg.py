@@ -31,6 +31,7 @@ from epochtrain.algorithms.base import resolve_config
 from epochtrain.config import param
 from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import Batch
+from epochtrain.errors import NonFiniteError
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
 __all__ = ["PG", "PGConfig", "PGTrainingStats"]
@@ -119,7 +120,11 @@ class PG(ActorCriticPolicy[PGTrainingStats]):
         else:
             loss_critic = torch.zeros((), device=self.device)
         loss = loss_actor + self.vf_coef * loss_critic
-        loss_value = self.optimize("pg", loss, max_grad_norm=self.max_grad_norm, isolated=True)
+        try:
+            loss_value = self.optimize("pg", loss, max_grad_norm=self.max_grad_norm, isolated=True)
+        except NonFiniteError:
+            self._refuse_logp_of_loss(batch, logp)  # a degenerate distribution, named
+            raise
         single = SequenceSummaryStats.single
         return PGTrainingStats(
             loss=single(loss_value),

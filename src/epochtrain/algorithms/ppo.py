@@ -36,7 +36,6 @@ from epochtrain.algorithms.actor_critic import (
 from epochtrain.algorithms.base import resolve_config, size_groups
 from epochtrain.config import param
 from epochtrain.data.batch import Batch
-from epochtrain.data.env_faults import policy_fault
 from epochtrain.errors import NonFiniteError
 from epochtrain.stats import DeferredReads, SequenceSummaryStats
 
@@ -153,21 +152,6 @@ class PPO(ActorCriticPolicy[PPOTrainingStats]):
             f"{self._degenerate_cause()}",
             where=where,
         )
-
-    def _degenerate_cause(self) -> str:
-        """Why the policy's distribution gave a non-finite log-probability, as far as its
-        weights tell (a full scan: on the fault path only)."""
-        if not self.discrete:
-            log_std = self.log_std.detach()
-            std, inv_std = log_std.exp(), (-log_std).exp()
-            if not bool(((std > 0) & torch.isfinite(std) & torch.isfinite(inv_std)).all()):
-                return (
-                    f"the policy is at fault, not the env; its log_std {log_std.tolist()} puts "
-                    "the Gaussian's standard deviation at 0 or inf (log_std must stay within "
-                    "about [-87, 88]): resume from the last good checkpoint, e.g. with a lower "
-                    "learning rate, or keep log_std bounded"
-                )
-        return policy_fault(self, "log_prob")
 
     def learn(self, batch: Batch) -> PPOTrainingStats:
         """One gradient step of the clipped PPO loss on a minibatch."""
