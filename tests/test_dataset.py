@@ -239,15 +239,22 @@ def test_an_existing_dataset_is_refused_before_any_work_and_replaced_only_when_a
         record_dataset(None, "CartPole-v1", 500, out, seed=1)
     assert (out.read_bytes(), out.with_name("data.buf.json").read_bytes()) == saved
 
-    # with overwrite the old sidecar goes before the buffer is replaced: interrupted in
-    # between, no sidecar describes other data
-    def interrupted(self: ReplayBuffer, path: Path) -> None:
-        raise KeyboardInterrupt
+    # with overwrite the new pair replaces the old one as one: interrupted as the buffer
+    # file is renamed into place (tests/test_dataset_leftovers.py: at every step), the
+    # old pair stays whole
+    rename, calls = os.rename, [0]
 
-    monkeypatch.setattr(ReplayBuffer, "save", interrupted)
+    def interrupted(src: str, dst: str) -> None:
+        rename(src, dst)
+        calls[0] += 1
+        if calls[0] == 3:  # the sidecar, then the buffer file moved aside; the new buffer in
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "rename", interrupted)
     with pytest.raises(KeyboardInterrupt):
         record_dataset(None, "CartPole-v1", 500, out, seed=1, overwrite=True)
-    assert out.read_bytes() == saved[0] and not out.with_name("data.buf.json").exists()
+    assert (out.read_bytes(), out.with_name("data.buf.json").read_bytes()) == saved
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.buf", "data.buf.json"]
     monkeypatch.undo()
     assert main([*argv, "--random", "--overwrite"]) == 0
     assert ReplayBuffer.load(out).n_valid == 500

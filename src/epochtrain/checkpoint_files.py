@@ -31,11 +31,8 @@ import gc
 import json
 import os
 import shutil
-import signal
 import socket
-import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +43,7 @@ try:
 except ImportError:  # not POSIX: stale locks are taken over without flock (best effort)
     HAVE_FLOCK = False
 
-from epochtrain.data.io import pid_alive
+from epochtrain.data.io import deferred_signals, pid_alive
 from epochtrain.errors import CheckpointError
 
 __all__ = [
@@ -228,35 +225,6 @@ def sweep(root: Path, *, owned: bool = False) -> list[Path]:
     for name in sorted(names):
         recover(root / name)
     return clean_leftovers(root, owned=owned)
-
-
-@contextlib.contextmanager
-def deferred_signals() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block ends (main thread only; else a no-op).
-
-    Wraps the two renames that swap a checkpoint, so Ctrl-C cannot land between them: a
-    signal that arrives meanwhile is recorded, and its previous handler runs (raising
-    ``KeyboardInterrupt`` for SIGINT) when the block exits.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    held = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None)) if s is not None]
-    previous = {
-        sig: signal.signal(sig, lambda signum, _frame: received.append(signum)) for sig in held
-    }
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for signum in received[:1]:
-            handler = previous[signal.Signals(signum)]
-            if callable(handler):
-                handler(signum, None)
-            elif handler == signal.SIG_DFL:
-                os.kill(os.getpid(), signum)
 
 
 class CheckpointLock:

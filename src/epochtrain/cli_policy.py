@@ -12,12 +12,10 @@ acts through its run's observation normalisation, if the run had one.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,14 +230,13 @@ def _evaluate(args: argparse.Namespace, trainer: Any, ckpt: Path, manifest: Any)
         from epochtrain.trainer.video import record_video
 
         try:
-            with _removing_new_folders(Path(args.video).parent):  # record_video makes them
-                path = record_video(
-                    trainer.policy,
-                    env_id,
-                    args.video,
-                    seed=args.seed,
-                    obs_transform=_normalizer(trainer),
-                )
+            path = record_video(  # removes the folders it made if it fails
+                trainer.policy,
+                env_id,
+                args.video,
+                seed=args.seed,
+                obs_transform=_normalizer(trainer),
+            )
         except USAGE_ERRORS as exc:
             print(f"epochtrain: error: {exc}", file=sys.stderr)
             return 2
@@ -360,8 +357,7 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.format == "minari":
         return _collect_minari(args, policy, description, transform, refused)
     try:
-        with _removing_new_folders(Path(args.out).parent):
-            info = _record(args, Path(args.out), policy, description, transform)
+        info = _record(args, Path(args.out), policy, description, transform)
     except refused as exc:
         return _failed(exc)
     print(
@@ -436,22 +432,6 @@ def _collect_minari(
         )
     print(f"{summary} to {path}")
     return 0
-
-
-@contextlib.contextmanager
-def _removing_new_folders(folder: Path) -> Iterator[None]:
-    """Remove the folders of ``folder``'s path that the block creates (``record_dataset``
-    creates ``--out``'s) if it ends in an error or interrupt and they are still empty."""
-    missing = [folder, *folder.parents]
-    created = [f for f in missing if not f.exists()]  # deepest first
-    try:
-        yield
-    except BaseException:
-        with deferred_signals():
-            for made in created:
-                with contextlib.suppress(OSError):  # one that another writer filled stays
-                    made.rmdir()
-        raise
 
 
 def _minari_summary(dataset_id: str, recorded_steps: int) -> str:

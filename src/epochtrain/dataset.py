@@ -5,10 +5,12 @@ uniform random actions), writes every transition into a :class:`ReplayBuffer` (B
 actions clipped to the bounds, as the env applies them) and saves it with
 :meth:`ReplayBuffer.save`, the format :meth:`ReplayBuffer.load` and the offline trainer
 read. Beside the buffer file it writes ``<file>.json``, a sidecar that says how the
-data was made and how well the recording policy did (its episode returns). Both files are
-written to a temporary name and renamed, so an interrupted recording leaves nothing
-half-written, and an existing dataset is replaced only when asked (``overwrite=True``,
-``--overwrite``). ``epochtrain collect`` is the command-line face of this module.
+data was made and how well the recording policy did (its episode returns). The two are
+written as one (:func:`~epochtrain.data.io.replace_files`): a recording that fails or is
+interrupted at any point leaves the old pair as it was, or nothing and none of the folders
+it created, never a buffer file without its sidecar; an existing dataset is replaced only
+when asked (``overwrite=True``, ``--overwrite``). ``epochtrain collect`` is the
+command-line face of this module.
 
 :func:`dataset_fingerprint` hashes the transitions of a loaded dataset: an offline
 trainer's checkpoints record it, and a resume onto other data is refused, wherever the
@@ -36,7 +38,7 @@ from epochtrain.data import Collector, ReplayBuffer
 from epochtrain.data.actions import policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.collector import Actor
-from epochtrain.data.io import replace_file
+from epochtrain.data.io import removing_new_folders, replace_files
 
 __all__ = ["DatasetInfo", "check_dataset_path", "dataset_fingerprint", "record_dataset"]
 
@@ -185,8 +187,12 @@ def record_dataset(
     written to ``<path>.json``; the returns are those of the episodes that ended.
 
     An existing ``path`` (or sidecar) raises ``FileExistsError`` before any work unless
-    ``overwrite``; then the old sidecar goes first, so an interrupted replacement never
-    leaves a sidecar describing other data.
+    ``overwrite``. The buffer file and its sidecar are published as one, once both are
+    written in full: if this function raises (an error, a full disk, Ctrl-C or SIGTERM at
+    any point), ``path`` and ``<path>.json`` are as they were (the old pair, or no file)
+    and the folders it created for ``path`` are gone; if it returns, both are the new
+    ones. Only a kill (SIGKILL, a power cut) in the microseconds of the final renames can
+    leave fewer files, and never a sidecar beside a buffer it does not describe.
     """
     if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
         raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
@@ -196,11 +202,52 @@ def record_dataset(
         raise TypeError(f"policy must be an epochtrain Policy or None, got {type(policy)}")
     if obs_transform is not None and policy is None:
         raise ValueError("obs_transform needs a policy: random actions ignore observations")
-    from epochtrain.factory import make_envs
-
     out = Path(path)
     check_dataset_path(out, overwrite=overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with removing_new_folders(out.parent):  # an interrupted recording leaves no new folder
+        out.parent.mkdir(parents=True, exist_ok=True)
+        buffer, n_collected, returns = _collect(
+            policy, obs_transform, env_id, n_steps, num_envs, seed, deterministic
+        )
+        info = DatasetInfo(
+            path=str(out),
+            env_id=env_id,
+            n_steps=n_collected,
+            num_envs=num_envs,
+            seed=seed,
+            policy=policy_name or ("random" if policy is None else type(policy).__name__),
+            deterministic=deterministic,
+            n_episodes=len(returns),
+            return_mean=float(returns.mean()),
+            return_std=float(returns.std()),
+            return_min=float(returns.min()),
+            return_max=float(returns.max()),
+            seconds=round(time.perf_counter() - start, 3),
+        )
+        sidecar = (json.dumps(asdict(info), indent=2) + "\n").encode("utf-8")
+        replace_files(  # the pair as one; the sidecar last, as it describes the buffer file
+            [(out, lambda f: torch.save(buffer.state_dict(), f)), (_sidecar(out), sidecar)],
+            what="buffer file",
+            fix=f"free disk space and record again; {os.fspath(out)!r} is untouched",
+        )
+    return info
+
+
+def _collect(
+    policy: Policy[Any] | None,
+    obs_transform: Callable[[np.ndarray], np.ndarray] | None,
+    env_id: str,
+    n_steps: int,
+    num_envs: int,
+    seed: int,
+    deterministic: bool,
+) -> tuple[ReplayBuffer, int, np.ndarray]:
+    """The buffer of :func:`record_dataset` (its Box actions clipped), the env steps
+    collected and the returns of the episodes that ended; the caller's random state is
+    left alone."""
+    from epochtrain.factory import make_envs
+
     envs = make_envs(env_id, num_envs)
     rows = math.ceil(n_steps / num_envs)
     buffer = ReplayBuffer(rows * num_envs, num_envs)
@@ -212,7 +259,6 @@ def record_dataset(
     except BaseException:
         envs.close()
         raise
-    start = time.perf_counter()
     saved_numpy = np.random.get_state()
     try:
         with torch.random.fork_rng():
@@ -231,23 +277,4 @@ def record_dataset(
             "that the dataset policy's return can be measured"
         )
     _clip_actions(buffer, envs.single_action_space)
-    _sidecar(out).unlink(missing_ok=True)
-    buffer.save(out)
-    info = DatasetInfo(
-        path=str(out),
-        env_id=env_id,
-        n_steps=stat.n_collected_steps,
-        num_envs=num_envs,
-        seed=seed,
-        policy=policy_name or ("random" if policy is None else type(policy).__name__),
-        deterministic=deterministic,
-        n_episodes=len(returns),
-        return_mean=float(returns.mean()),
-        return_std=float(returns.std()),
-        return_min=float(returns.min()),
-        return_max=float(returns.max()),
-        seconds=round(time.perf_counter() - start, 3),
-    )
-    text = json.dumps(asdict(info), indent=2) + "\n"
-    replace_file(_sidecar(out), text.encode("utf-8"))
-    return info
+    return buffer, stat.n_collected_steps, returns

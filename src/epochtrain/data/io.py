@@ -21,10 +21,12 @@ import io
 import os
 import pickle
 import secrets
+import signal
 import socket
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -35,9 +37,12 @@ from epochtrain.errors import CheckpointError
 
 __all__ = [
     "check_writable_dir",
+    "deferred_signals",
     "fsync_dir",
     "pid_alive",
+    "removing_new_folders",
     "replace_file",
+    "replace_files",
     "replacing",
     "safe_globals",
     "safe_torch_load",
@@ -343,3 +348,147 @@ def replace_file(
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends (main thread only; else a no-op).
+
+    Wraps steps that must not be cut between them (the renames that swap a checkpoint or
+    publish a dataset, the removal of what an interrupted write made): a signal that
+    arrives meanwhile is recorded, and its previous handler runs (raising
+    ``KeyboardInterrupt`` for SIGINT) when the block exits.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    held = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None)) if s is not None]
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: received.append(signum)) for sig in held
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in received[:1]:
+            handler = previous[signal.Signals(signum)]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
+
+
+@contextmanager
+def removing_new_folders(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Remove the folders of ``folder``'s path that do not exist yet (those the block
+    creates, e.g. a writer's ``mkdir(parents=True)``) if the block ends in an error or
+    interrupt and they are still empty; one that another writer filled stays. The removal
+    holds SIGINT and SIGTERM (:func:`deferred_signals`): a second Ctrl-C does not cut it."""
+    folder = Path(folder).absolute()
+    created = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        with deferred_signals():
+            for made in created:
+                with suppress(OSError):
+                    made.rmdir()
+        raise
+
+
+def replace_files(
+    contents: Sequence[tuple[str | os.PathLike[str], bytes | Callable[[BinaryIO], object]]],
+    *,
+    what: str | None = None,
+    fix: str = "",
+) -> None:
+    """Write several files as one: all the new ones, or (on any failure or interrupt) the
+    old ones as they were; :func:`replace_file` for a set of files that belong together,
+    such as a dataset and the sidecar that describes it.
+
+    Each ``(path, content)`` fills a temporary file beside its path (fsynced, as in
+    :func:`replace_file`). Then, with SIGINT and SIGTERM held (:func:`deferred_signals`),
+    the existing files are moved aside, last path first, the new ones renamed into place,
+    first path first, their folders fsynced, and the old ones deleted. An error at any of
+    these steps but the deletions puts every old file back and removes every new one,
+    judged from what is on disk (so a step that raises as it returns is undone too): if
+    this function raises, the paths are as they were. Ctrl-C or SIGTERM during the
+    renames is held and delivered once they are done: the new files are then in place.
+    Order the paths so
+    that a later file describes the earlier ones: even a kill (SIGKILL, a power cut) in the
+    microseconds of the renames leaves old files, or new ones, or fewer files, never a
+    later file of one write beside an earlier file of another; the temporary and
+    moved-aside files a killed writer left are removed by the next write of their path.
+    Errors propagate as they are, or, with ``what``, as :class:`CheckpointError` naming the
+    path written, the cause and ``fix``.
+    """
+    files = [(Path(path), content) for path, content in contents]
+    if not files:
+        raise ValueError("contents must hold at least one (path, content) pair")
+    new: dict[Path, Path] = {}
+    path = files[0][0]
+    try:
+        for path, content in files:
+            _remove_leftovers(path)
+            new[path] = _temporary_beside(path)
+            write = content if callable(content) else _writer(content)
+            _write_synced(new[path], "xb", write)
+        with deferred_signals():
+            _swap_in(new)
+    except Exception as exc:
+        cause = _cause(exc, path.parent)
+        _remove_all(new.values())
+        if what is None:
+            raise
+        raise CheckpointError(_cannot_write(what, path, cause, fix)) from exc
+    except BaseException:
+        _remove_all(new.values())
+        raise
+
+
+def _writer(content: bytes) -> Callable[[BinaryIO], object]:
+    return lambda f: f.write(content)
+
+
+def _remove_all(paths: Iterable[Path]) -> None:
+    with deferred_signals():
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def _swap_in(new: dict[Path, Path]) -> None:
+    """Rename each ``new[path]`` over ``path``, all or none (see :func:`replace_files`)."""
+    aside = {path: _temporary_beside(path) for path in new}
+    try:
+        for path in reversed(list(new)):
+            if os.path.lexists(path):
+                os.rename(path, aside[path])
+        for path, tmp in new.items():
+            os.rename(tmp, path)
+        for folder in dict.fromkeys(path.parent for path in new):
+            fsync_dir(folder)  # a write that may not survive a power cut is undone too
+    except BaseException:
+        for path, tmp in reversed(list(new.items())):
+            if not os.path.lexists(tmp) and os.path.lexists(path):
+                os.unlink(path)  # the new file, renamed in before the interrupt
+            if os.path.lexists(aside[path]):
+                os.rename(aside[path], path)
+        raise
+    with deferred_signals():  # the new files are in place: what is left is tidying
+        _remove_all_retrying([old for old in aside.values() if os.path.lexists(old)])
+
+
+def _remove_all_retrying(paths: Iterable[Path]) -> None:
+    """Remove ``paths``; an error on one (an interrupt as the call returns) is retried once
+    for every path before it propagates."""
+    paths = list(paths)
+    try:
+        for path in paths:
+            path.unlink(missing_ok=True)
+    except BaseException:
+        for path in paths:
+            with suppress(OSError):
+                path.unlink(missing_ok=True)
+        raise

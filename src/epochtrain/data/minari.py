@@ -37,6 +37,7 @@ import torch
 
 from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.io import deferred_signals
 from epochtrain.extras import require
 
 __all__ = ["check_new_dataset_id", "load_minari_buffer", "write_minari"]
@@ -236,8 +237,7 @@ def write_minari(
         episodes = [{**ep, "actions": to_env(ep["actions"])} for ep in episodes]
     buffers = [episode_buffer.EpisodeBuffer(id=i, infos={}, **ep) for i, ep in enumerate(episodes)]
     directory = Path(minari.storage.get_dataset_path(dataset_id))
-    # the folders the write creates (a new namespace's too), for a failed write to remove
-    created = [directory, *(p for p in directory.parents if not p.exists())]
+    was = _folders_before(directory, dataset_id)
     try:
         dataset = minari.create_dataset_from_buffers(
             dataset_id,
@@ -253,14 +253,39 @@ def write_minari(
         )
         dataset.storage.update_metadata(_returns_metadata([ep["rewards"] for ep in episodes]))
     except BaseException:
-        # check_new_dataset_id found no dataset there: what is there now is Minari's
-        # partial write, which would make a rerun fail ("already exists", "misconfigured")
-        shutil.rmtree(directory, ignore_errors=True)
-        for folder in created[1:]:  # deepest first; one another writer filled stays
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        # what is there now and was not before is Minari's partial write, which would make
+        # a rerun fail ("already exists", "misconfigured") and list an empty namespace
+        with deferred_signals():  # a second Ctrl-C does not cut the removal short
+            _remove_new(directory, was)
         raise
     return directory
+
+
+_NAMESPACE_METADATA = "namespace_metadata.json"
+"""The file Minari writes into each namespace folder it creates (``minari.namespace``)."""
+
+
+def _folders_before(directory: Path, dataset_id: str) -> dict[Path, tuple[bool, bool]]:
+    """For the dataset folder and each namespace folder above it (deepest first): whether
+    it exists, and whether it holds a namespace's metadata file."""
+    folders = [directory, *directory.parents][: dataset_id.count("/") + 1]
+    return {f: (f.is_dir(), (f / _NAMESPACE_METADATA).exists()) for f in folders}
+
+
+def _remove_new(directory: Path, was: dict[Path, tuple[bool, bool]]) -> None:
+    """Remove what a failed write made: the dataset folder if it is new, each namespace
+    metadata file that was not there and each new namespace folder left empty (a folder
+    that existed, or that another writer filled meanwhile, stays)."""
+    for folder, (existed, had_metadata) in was.items():
+        if folder == directory:
+            if not existed:
+                shutil.rmtree(directory, ignore_errors=True)
+            continue
+        if not had_metadata:
+            (folder / _NAMESPACE_METADATA).unlink(missing_ok=True)
+        if not existed:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _env_spec(env_id: str) -> gym.envs.registration.EnvSpec:

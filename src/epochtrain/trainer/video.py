@@ -29,7 +29,7 @@ import torch
 
 from epochtrain.data.actions import env_action_map
 from epochtrain.data.collector import Actor, ObsTransform
-from epochtrain.data.io import check_writable_dir, replacing
+from epochtrain.data.io import check_writable_dir, removing_new_folders, replacing
 from epochtrain.extras import require
 from epochtrain.logger.base import video_scope
 from epochtrain.trainer.hooks import TrainerHook
@@ -88,7 +88,9 @@ def record_video(
 
     :param policy: any :class:`~epochtrain.Policy` (``act`` with ``deterministic=True``).
     :param env_id: a gymnasium id whose env renders ``rgb_array`` frames.
-    :param path: the mp4 file to write (parent directories are created).
+    :param path: the mp4 file to write (parent directories are created; if the video
+        cannot be written, or Ctrl-C or SIGTERM stops it, those that are still empty are
+        removed, and an existing file at ``path`` is untouched).
     :param episodes: episodes to record; episode ``i`` is reset with ``seed + i``.
     :param seed: seed of the first episode.
     :param obs_transform: the observation map the policy was trained with (e.g. the
@@ -107,7 +109,24 @@ def record_video(
     if fps is not None:
         _positive_int("fps", fps)
     out = check_video_path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with removing_new_folders(out.parent):  # a video not written leaves no new folder
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _write_video(imageio, policy, env_id, out, episodes, seed, obs_transform, fps, max_steps)
+    return out
+
+
+def _write_video(
+    imageio: Any,
+    policy: Actor,
+    env_id: str,
+    out: Path,
+    episodes: int,
+    seed: int,
+    obs_transform: ObsTransform | None,
+    fps: int | None,
+    max_steps: int | None,
+) -> None:
+    """The episodes of :func:`record_video` into ``out``, whole or not at all."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame: no window, no display
     try:
         env = gym.make(env_id, render_mode="rgb_array")
@@ -131,7 +150,6 @@ def record_video(
                 raise _unfinished(out, "ffmpeg could not write its end (the index)")
     finally:
         env.close()
-    return out
 
 
 def whole_mp4(path: str | os.PathLike[str]) -> bool:
