@@ -43,7 +43,7 @@ try:
 except ImportError:  # not POSIX: stale locks are taken over without flock (best effort)
     HAVE_FLOCK = False
 
-from epochtrain.data.io import deferred_signals, pid_alive
+from epochtrain.data.writes import deferred_signals, pid_alive
 from epochtrain.errors import CheckpointError
 
 __all__ = [

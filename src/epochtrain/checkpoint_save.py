@@ -36,7 +36,8 @@ from epochtrain.checkpoint_files import (
     remove_dir,
     sweep,
 )
-from epochtrain.data.io import fsync_dir, safe_globals, write_durably
+from epochtrain.data.io import safe_globals
+from epochtrain.data.writes import fsync_dir, write_durably
 from epochtrain.errors import CheckpointError, NonFiniteError
 
 if TYPE_CHECKING:

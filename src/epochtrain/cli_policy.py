@@ -325,7 +325,7 @@ def run_collect(args: argparse.Namespace) -> int:
     Exit status 2 on bad input (found before any training or recording: an existing
     ``--out`` too), 1 when the dataset cannot be written (a full disk), 0 otherwise.
     """
-    from epochtrain.data.io import check_writable_dir
+    from epochtrain.data.writes import check_writable_dir
     from epochtrain.dataset import check_dataset_path
     from epochtrain.spec_names import check_env_id
 

@@ -55,7 +55,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         read_manifest,
         resolve_checkpoint,
     )
-    from epochtrain.data.io import check_writable_dir
+    from epochtrain.data.writes import check_writable_dir
     from epochtrain.envs import env_name
     from epochtrain.spec import RunSpec
 

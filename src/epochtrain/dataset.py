@@ -6,7 +6,7 @@ actions clipped to the bounds, as the env applies them) and saves it with
 :meth:`ReplayBuffer.save`, the format :meth:`ReplayBuffer.load` and the offline trainer
 read. Beside the buffer file it writes ``<file>.json``, a sidecar that says how the
 data was made and how well the recording policy did (its episode returns). The two are
-written as one (:func:`~epochtrain.data.io.replace_files`): a recording that fails or is
+written as one (:func:`~epochtrain.data.writes.replace_files`): a recording that fails or is
 interrupted at any point leaves the old pair as it was, or nothing and none of the folders
 it created, never a buffer file without its sidecar; an existing dataset is replaced only
 when asked (``overwrite=True``, ``--overwrite``). ``epochtrain collect`` is the
@@ -38,7 +38,7 @@ from epochtrain.data import Collector, ReplayBuffer
 from epochtrain.data.actions import policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.collector import Actor
-from epochtrain.data.io import removing_new_folders, replace_files
+from epochtrain.data.writes import removing_new_folders, replace_files
 
 __all__ = ["DatasetInfo", "check_dataset_path", "dataset_fingerprint", "record_dataset"]
 

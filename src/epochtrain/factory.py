@@ -21,7 +21,7 @@ from epochtrain.config_ignored import IgnoredSetting, keeping_ignored
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.data.buffer import rollout_rows
 from epochtrain.data.buffer_storage import check_spaces_memory
-from epochtrain.data.io import check_writable_dir
+from epochtrain.data.writes import check_writable_dir
 from epochtrain.envs import make_envs
 from epochtrain.logger import BaseLogger
 from epochtrain.registry import ALGORITHMS

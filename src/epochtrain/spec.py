@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from epochtrain.config import Config, check_field_names, param
 from epochtrain.config_ignored import IgnoredSetting, keeping_ignored, keeps_ignored
-from epochtrain.data.io import replace_file
+from epochtrain.data.writes import replace_file
 from epochtrain.envs import Backend, env_name
 from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm

@@ -13,8 +13,8 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from epochtrain.data import io as data_io
-from epochtrain.data.io import check_writable_dir, replace_file, replacing, write_durably
+from epochtrain.data import writes as data_writes
+from epochtrain.data.writes import check_writable_dir, replace_file, replacing, write_durably
 from epochtrain.errors import CheckpointError
 
 
@@ -89,7 +89,7 @@ def test_torchs_full_disk_error_is_called_a_full_disk_when_the_disk_is_full(
         f_frsize = real.f_frsize
         f_bavail = free // real.f_frsize
 
-    monkeypatch.setattr(data_io.os, "statvfs", lambda _path: Full())
+    monkeypatch.setattr(data_writes.os, "statvfs", lambda _path: Full())
     for write in (
         lambda: replace_file(tmp_path / "b.pt", _half_then(TORCH_FULL), what="buffer file"),
         lambda: write_durably(tmp_path / "c.pt", _half_then(TORCH_FULL), what="checkpoint file"),

@@ -19,7 +19,8 @@ from gymnasium.vector.utils import create_empty_array
 from torch import Tensor
 
 from epochtrain.data.batch import Obs
-from epochtrain.data.io import replace_file, safe_torch_load
+from epochtrain.data.io import safe_torch_load
+from epochtrain.data.writes import replace_file
 from epochtrain.errors import CheckpointError
 
 __all__ = [

@@ -37,7 +37,7 @@ import torch
 
 from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.buffer import ReplayBuffer
-from epochtrain.data.io import deferred_signals
+from epochtrain.data.writes import deferred_signals
 from epochtrain.extras import require
 
 __all__ = ["check_new_dataset_id", "load_minari_buffer", "write_minari"]

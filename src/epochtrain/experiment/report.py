@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from epochtrain.data.io import check_writable_dir, replace_file
+from epochtrain.data.writes import check_writable_dir, replace_file
 from epochtrain.experiment.bootstrap import FloatArray, IntervalEstimate
 from epochtrain.experiment.curves import (
     CurveEstimate,

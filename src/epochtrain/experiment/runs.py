@@ -25,7 +25,7 @@ from typing import Any
 
 from epochtrain.checkpoint import RUN_CHECKPOINTS
 from epochtrain.checkpoint_files import LOCK_FILE, CheckpointLock
-from epochtrain.data.io import pid_alive, replace_file
+from epochtrain.data.writes import pid_alive, replace_file
 from epochtrain.errors import CheckpointError
 from epochtrain.spec import RunSpec
 

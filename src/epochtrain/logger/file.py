@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, ClassVar, Literal
 
-from epochtrain.data.io import replace_file
+from epochtrain.data.writes import replace_file
 from epochtrain.logger.base import SCOPES, BaseLogger
 
 __all__ = ["LineFileLogger"]

@@ -35,7 +35,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from epochtrain.data.io import replace_file
+from epochtrain.data.writes import replace_file
 from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
 
 __all__ = ["TensorboardLogger"]

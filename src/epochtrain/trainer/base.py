@@ -47,7 +47,7 @@ from epochtrain.closing import Closing
 from epochtrain.data.batch import Batch
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
-from epochtrain.data.io import check_writable_dir
+from epochtrain.data.writes import check_writable_dir
 from epochtrain.logger import BaseLogger, LazyLogger, Scope
 from epochtrain.stats import (
     CollectStats,

@@ -29,7 +29,7 @@ import torch
 
 from epochtrain.data.actions import env_action_map
 from epochtrain.data.collector import Actor, ObsTransform
-from epochtrain.data.io import check_writable_dir, removing_new_folders, replacing
+from epochtrain.data.writes import check_writable_dir, removing_new_folders, replacing
 from epochtrain.extras import require
 from epochtrain.logger.base import video_scope
 from epochtrain.trainer.hooks import TrainerHook
