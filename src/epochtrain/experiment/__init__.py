@@ -25,6 +25,7 @@ from epochtrain.experiment.curves import (
 )
 from epochtrain.experiment.normalization import (
     NormalizedScores,
+    check_reference_scores,
     normalize_scores,
     random_score,
     reference_score,
@@ -80,6 +81,7 @@ __all__ = [
     "aggregate_median",
     "align_curves",
     "carry_forward",
+    "check_reference_scores",
     "curve_estimates",
     "grid",
     "iqm",

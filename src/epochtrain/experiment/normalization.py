@@ -5,7 +5,10 @@ scores of different envs can be pooled (Agarwal et al. 2021 aggregate Atari on h
 normalised scores the same way). The reference defaults to the env's
 ``gymnasium.spec(env_id).reward_threshold`` (the return that counts as solving it); the
 random score defaults to the mean return of uniformly random actions, measured with a seed.
-Either can be given per env instead.
+Either can be given per env instead. Each env's reference must be finite and above its random
+score (else the normalised scores are undefined, or rank the worst run first):
+:func:`check_reference_scores` checks given values before any work, and
+:func:`normalize_scores` refuses what it looks up or measures that breaks the rule.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ import numpy.typing as npt
 from epochtrain.envs import env_spec
 from epochtrain.experiment.bootstrap import FloatArray, check_score_dict
 
-__all__ = ["NormalizedScores", "normalize_scores", "random_score", "reference_score"]
+__all__ = [
+    "NormalizedScores",
+    "check_reference_scores",
+    "normalize_scores",
+    "random_score",
+    "reference_score",
+]
 
 _MAX_RANDOM_EPISODE_STEPS = 100_000
 
@@ -102,16 +111,69 @@ def random_score(env_id: str, *, episodes: int = 100, seed: int = 0) -> float:
 
 
 def _per_task(
-    given: Mapping[str, float] | None, tasks: Sequence[str], name: str
+    given: Mapping[str, float] | None, tasks: Sequence[str] | None, name: str
 ) -> dict[str, float]:
     given = dict(given or {})
-    unknown = sorted(set(given) - set(tasks))
+    unknown = sorted(set(given) - set(tasks)) if tasks is not None else []
     if unknown:
-        raise ValueError(f"{name} names tasks {unknown} that are not in tasks {list(tasks)}")
+        raise ValueError(
+            f"{name} names tasks {unknown} that are not in tasks {list(tasks or [])}: "
+            "check the env ids"
+        )
     for task, value in given.items():
-        if not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float | np.integer | np.floating)
+            or not math.isfinite(value)
+        ):
             raise ValueError(f"{name}[{task!r}] must be a finite number, got {value!r}")
     return {task: float(value) for task, value in given.items()}
+
+
+def check_reference_scores(
+    reference_scores: Mapping[str, float] | None,
+    random_scores: Mapping[str, float] | None,
+    *,
+    tasks: Sequence[str] | None = None,
+    reference_name: str = "reference_scores",
+    random_name: str = "random_scores",
+) -> None:
+    """Refuse given normalisation values before any work: each must be a finite number,
+    name one of ``tasks`` (when given), and an env given both must have its reference above
+    its random score. The ``ValueError`` names ``reference_name`` or ``random_name`` (the
+    command line passes ``"--reference"`` and ``"--random"``), the env, the values and the fix.
+    """
+    refs = _per_task(reference_scores, tasks, reference_name)
+    rands = _per_task(random_scores, tasks, random_name)
+    for task in refs.keys() & rands.keys():
+        _check_bounds(task, refs[task], rands[task], reference_name, random_name, reference_name)
+
+
+def _check_bounds(
+    task: str,
+    ref: float,
+    rand: float,
+    ref_source: str,
+    rand_source: str,
+    reference_name: str = "reference_scores",
+) -> None:
+    """``ValueError`` unless ``rand`` is finite and ``ref`` above it; the sources say where
+    each value came from (an option, ``reward_threshold``, a measurement), and
+    ``reference_name`` is the option that gives a reference."""
+    if not math.isfinite(rand):
+        raise ValueError(
+            f"env {task!r}: its random score ({rand_source}) is {rand}, so no score can be "
+            f"normalised: pass random_scores={{{task!r}: <mean return of random actions>}} "
+            f"(--random {task}=SCORE from the command line)"
+        )
+    if not ref > rand:  # also a NaN reference
+        relation = "equal to" if ref == rand else "not above"
+        raise ValueError(
+            f"env {task!r}: reference score {ref:g} ({ref_source}) is {relation} its random "
+            f"score {rand:g} ({rand_source}), so normalised scores would be undefined or rank "
+            f"the worst run first: give {task} a reference with {reference_name} that a "
+            "trained policy reaches, above the random score"
+        )
 
 
 def normalize_scores(
@@ -136,19 +198,21 @@ def normalize_scores(
         raise ValueError(
             f"tasks must name each of the {n_tasks} score columns once, in order, got {tasks!r}"
         )
+    check_reference_scores(reference_scores, random_scores, tasks=tasks)
     refs = _per_task(reference_scores, tasks, "reference_scores")
     rands = _per_task(random_scores, tasks, "random_scores")
-    reference = [refs[t] if t in refs else reference_score(t) for t in tasks]
-    random = [
-        rands[t] if t in rands else random_score(t, episodes=random_episodes, seed=seed)
-        for t in tasks
-    ]
-    for task, ref, rand in zip(tasks, reference, random, strict=True):
-        if ref == rand:
-            raise ValueError(
-                f"task {task!r} has reference score {ref} equal to its random score: "
-                "pass a reference_scores value that a trained policy reaches"
-            )
+    reference, random = [], []
+    for task in tasks:
+        ref = refs[task] if task in refs else reference_score(task)
+        if task in rands:
+            rand, rand_source = rands[task], "random_scores"
+        else:
+            rand = random_score(task, episodes=random_episodes, seed=seed)
+            rand_source = f"measured over {random_episodes} episodes of random actions"
+        ref_source = "reference_scores" if task in refs else "its reward_threshold"
+        _check_bounds(task, ref, rand, ref_source, rand_source)
+        reference.append(ref)
+        random.append(rand)
     ref_arr, rand_arr = np.asarray(reference), np.asarray(random)
     normalized = {algo: (arr - rand_arr) / (ref_arr - rand_arr) for algo, arr in checked.items()}
     return NormalizedScores(

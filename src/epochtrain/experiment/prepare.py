@@ -8,6 +8,7 @@ directory, so sweeps set up at once all get their runs listed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import warnings
@@ -62,17 +63,14 @@ def prepare_runs(specs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
         raise ValueError(f"out_dir {os.fspath(out_dir)!r} is a file: give a directory")
     plan = _plan(specs, out_dir)
     if plan.writes or plan.index_changed:
-        with _index_lock(out_dir):
-            plan = _plan(specs, out_dir)  # again: another sweep may have written meanwhile
-            try:
-                for run_dir, spec in plan.writes:
-                    run_dir.mkdir(exist_ok=True)
-                    spec.to_file(run_dir / SPEC_FILE)
-                if plan.index_changed:
-                    index = {"format": FORMAT, "version": FORMAT_VERSION, "runs": plan.runs}
-                    write_json(out_dir / EXPERIMENT_FILE, index)
-            except OSError as exc:
-                raise ValueError(_unusable(out_dir, exc)) from exc
+        created: list[Path] = []  # what this set-up added, removed again if it fails
+        try:
+            with _index_lock(out_dir, created):
+                plan = _plan(specs, out_dir)  # again: another sweep may have written meanwhile
+                _write(plan, out_dir, created)
+        except BaseException:
+            _remove(created)  # a refused set-up leaves out_dir as it was
+            raise
     for run_id in plan.dropped:
         warnings.warn(
             f"{os.fspath(out_dir / EXPERIMENT_FILE)!r} no longer lists run {run_id!r}: its "
@@ -100,7 +98,7 @@ def _plan(specs: Sequence[RunSpec], out_dir: Path) -> _Plan:
     stored: dict[str, RunSpec] = {}
     for run_id in dict.fromkeys([*listed, *wanted]):
         if (out_dir / run_id / SPEC_FILE).is_file():
-            stored[run_id] = RunSpec.from_file(out_dir / run_id / SPEC_FILE)
+            stored[run_id] = _stored_spec(out_dir / run_id)
     _check_one_setting(wanted, stored, out_dir)
     for run_id, spec in wanted.items():
         if run_id in stored:
@@ -118,6 +116,19 @@ def _plan(specs: Sequence[RunSpec], out_dir: Path) -> _Plan:
         or (stored[run_id].to_toml() != spec.to_toml() and not is_finished(out_dir / run_id))
     ]
     return _Plan(writes, runs, runs != listed or not index.is_file(), dropped)
+
+
+def _stored_spec(run_dir: Path) -> RunSpec:
+    """The ``spec.toml`` of ``run_dir``; a ``ValueError`` naming the file and the way out
+    if this epochtrain cannot read it (written by another version, or damaged)."""
+    try:
+        return RunSpec.from_file(run_dir / SPEC_FILE)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"{exc}. This run directory was written by another epochtrain version, or is "
+            f"damaged: run it with the epochtrain that wrote it, or delete "
+            f"{os.fspath(run_dir)!r} to run that seed again"
+        ) from exc
 
 
 def _check_one_setting(
@@ -150,6 +161,18 @@ def _check_one_setting(
                 "experiment to another out_dir (epochtrain sweep --out), or delete those run "
                 "directories to start them again with these settings"
             )
+    kept: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    for run_id, spec in stored.items():  # a run directory copied in by hand
+        settings = sample_settings(spec)
+        first_id, first = kept.setdefault((spec.algo, spec.env_id), (run_id, settings))
+        if first != settings:
+            raise ValueError(
+                f"out_dir {os.fspath(out_dir)!r} holds runs {first_id} and {run_id} of "
+                f"{spec.algo} on {spec.env_id} with different settings "
+                f"({_differences([first], settings)}): `epochtrain compare` pools them as one "
+                "sample; delete the run directories that do not belong, or move them to an "
+                "experiment of their own"
+            )
 
 
 def _differences(old: Sequence[Mapping[str, Any]], new: Mapping[str, Any]) -> str:
@@ -160,21 +183,60 @@ def _differences(old: Sequence[Mapping[str, Any]], new: Mapping[str, Any]) -> st
     )
 
 
+def _write(plan: _Plan, out_dir: Path, created: list[Path]) -> None:
+    """Write ``plan``'s ``spec.toml`` files and index, each new path appended to
+    ``created``; an ``OSError`` becomes the ``ValueError`` saying what to do."""
+    try:
+        for run_dir, spec in plan.writes:
+            if not run_dir.exists():
+                run_dir.mkdir()
+                created.append(run_dir)
+            if not (run_dir / SPEC_FILE).exists():  # else replaced atomically, or kept
+                created.append(run_dir / SPEC_FILE)
+            spec.to_file(run_dir / SPEC_FILE)
+        if plan.index_changed:
+            index = {"format": FORMAT, "version": FORMAT_VERSION, "runs": plan.runs}
+            write_json(out_dir / EXPERIMENT_FILE, index)
+    except OSError as exc:
+        raise ValueError(_unusable(out_dir, exc)) from exc
+
+
+def _remove(created: list[Path]) -> None:
+    """Remove ``created`` (files and the directories made for them), newest first; best
+    effort, as on a full disk or a vanished mount nothing more can be done."""
+    for path in reversed(created):
+        with contextlib.suppress(OSError):
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
 def _unusable(out_dir: Path, exc: OSError) -> str:
     detail = exc.strerror or str(exc)
     if exc.filename is not None and os.fspath(exc.filename) != os.fspath(out_dir):
         detail = f"{os.fspath(exc.filename)!r}: {detail}"
-    return (
-        f"out_dir {os.fspath(out_dir)!r} cannot hold an experiment ({detail}): give a "
-        "directory this user can write"
+    fix = (
+        "free space there (or raise the quota), or give a directory on another disk"
+        if exc.errno in _DISK_FULL
+        else "give a directory this user can write"
     )
+    return f"out_dir {os.fspath(out_dir)!r} cannot hold an experiment ({detail}): {fix}"
 
 
 @contextlib.contextmanager
-def _index_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``out_dir``'s index lock (created with ``out_dir``) for the block."""
+def _index_lock(out_dir: Path, created: list[Path]) -> Iterator[None]:
+    """Hold ``out_dir``'s index lock (created with ``out_dir``) for the block; the
+    directories and the lock file it creates are appended to ``created``."""
+    missing = [d for d in (out_dir, *out_dir.parents) if not d.exists()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        created.extend(reversed(missing))
+        if not (out_dir / INDEX_LOCK).exists():
+            created.append(out_dir / INDEX_LOCK)
         fd = os.open(out_dir / INDEX_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise ValueError(_unusable(out_dir, exc)) from exc

@@ -24,6 +24,7 @@ import os
 import pickle
 import signal
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -95,6 +96,8 @@ class _Worker:
     parent_pid: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     running: bool = False
+    run_name: str = ""
+    """The run directory this worker runs (or last ran): where its warnings come from."""
     interrupted: bool = False
     """A run of this worker was interrupted: by the stop, or by the SIGTERM with which a
     broken pool stops its workers (:func:`_sigterm_handler`). A run is interrupted once,
@@ -153,7 +156,28 @@ def _init_worker(events: _Events, stop: _StopFlag, parent_pid: int) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, _sigterm_handler())  # the stop: as Ctrl-C
     _worker = _Worker(events, stop, parent_pid)
+    warnings.showwarning = _forward_warning
     threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
+
+
+def _forward_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A warning of this worker's run, sent to the driver, which warns it again in its own
+    process (the command line prints it as ``epochtrain: warning: <run>: ...``) instead of
+    Python's ``file:line: Category`` lines on the worker's stderr."""
+    worker = _worker
+    assert worker is not None, "set as showwarning by _init_worker, after _worker"
+    try:
+        pickle.dumps(category)
+    except Exception:  # a class the driver cannot import: the text is what matters
+        category = UserWarning
+    worker.events.put((worker.run_name, "warning", (category, str(message))))
 
 
 def _serve(conn: Connection, stop_reader: Connection, parent_pid: int) -> None:
@@ -207,6 +231,7 @@ def _run_in_worker(run_dir_name: str) -> str:
         if worker.interrupted or worker.stop.is_set() or worker.parent_gone():
             return "interrupted"
         worker.running = True
+        worker.run_name = run_dir_name
     worker.events.put((run_dir_name, "begin", 0))  # a failure counts from here
     run_dir = Path(run_dir_name)
     trainer = None

@@ -36,6 +36,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Collection, Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -301,6 +302,9 @@ class _Pool:
             elif kind == "end":
                 seat.run = None
                 self._ended(seat, run_dir, value)
+            elif kind == "warning":  # a run's, warned here: the CLI shows it as its own
+                category, text = value
+                warnings.warn(f"{run_dir.name}: {text}", category, stacklevel=2)
             elif self._progress is None:
                 continue
             elif kind == "start":

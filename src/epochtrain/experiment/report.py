@@ -6,6 +6,11 @@ compare`` prints; with ``out_dir`` it also writes ``report.md`` and the figures 
 (figures need matplotlib; without it the report says which extra to install). Bad input
 (too few replicates, an ``out_dir`` that cannot hold the report) is refused before the
 bootstrap starts. An interval over fewer than :data:`MIN_RUNS_FOR_CI` runs is not shown.
+Runs that did not end at ``max_epoch`` are named, with why and where they ended, in the
+tables' notes (:func:`run_notes`), whatever the score and with or without ``out_dir``.
+With ``out_dir``, the figures and ``report.md`` are published as one set, ``report.md``
+last (:func:`~epochtrain.data.writes.replace_files`): a write that fails (a full disk)
+leaves the directory's earlier report as it was, and the error names the file and the fix.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from epochtrain.data.writes import check_writable_dir, replace_file
+from epochtrain.data.writes import check_writable_dir, replace_files
 from epochtrain.experiment.bootstrap import FloatArray, IntervalEstimate
 from epochtrain.experiment.curves import (
     CurveEstimate,
@@ -27,7 +33,11 @@ from epochtrain.experiment.curves import (
     carry_forward,
     curve_estimates,
 )
-from epochtrain.experiment.normalization import NormalizedScores, normalize_scores
+from epochtrain.experiment.normalization import (
+    NormalizedScores,
+    check_reference_scores,
+    normalize_scores,
+)
 from epochtrain.experiment.results import STOPPED_AT_GOAL, Experiment, RunResult
 from epochtrain.experiment.stats import (
     aggregate_estimates,
@@ -45,6 +55,8 @@ __all__ = [
     "build_report",
     "check_out_dir",
     "check_report_reps",
+    "check_report_seed",
+    "run_notes",
 ]
 
 MIN_REPS = 100
@@ -144,6 +156,16 @@ def check_report_reps(reps: int, name: str = "reps") -> int:
     return reps
 
 
+def check_report_seed(seed: int, name: str = "seed") -> int:
+    """``seed`` if it is an int of at least 0, else a ``ValueError`` naming ``name``
+    (``--seed`` from the command line)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(
+            f"{name} must be an int >= 0 (the seed of the bootstrap; default 0), got {seed!r}"
+        )
+    return seed
+
+
 def _few_runs_note(scores: Mapping[str, FloatArray]) -> list[str]:
     few = [
         f"{algo} ({arr.shape[0]} run)"
@@ -160,6 +182,103 @@ def _few_runs_note(scores: Mapping[str, FloatArray]) -> list[str]:
     ]
 
 
+FULL_BUDGET = "max_epoch"
+"""The ``stop_reason`` of a run that ran every epoch it was given."""
+
+_AUC_SPAN_WARNING = r".* without reaching stop_at; their auc covers their own tests only"
+"""The warning :meth:`Experiment.scores` gives for short runs under ``auc``: the report
+names those runs itself (:func:`run_notes`), so it is not repeated on stderr."""
+
+
+def run_notes(experiment: Experiment, score: ScoreMethod = "final") -> list[str]:
+    """One line per finished run that did not end at ``max_epoch``, or ended before the last
+    test on its env, saying which run, why (its ``stop_reason``), at what step and how
+    ``score`` counts it: a run that reached ``stop_at`` is held at its last test return
+    (:meth:`Experiment.scores`); any other run is scored on its own tests only."""
+    lines: list[str] = []
+    for env in experiment.envs:
+        runs = [r for r in experiment.finished() if r.env_id == env and r.steps.size]
+        if not runs:
+            continue
+        span_end = max(float(r.steps[-1]) for r in runs)
+        for algo in experiment.algos:
+            own = [r for r in runs if r.algo == algo]
+            goal = [r for r in own if r.stop_reason == STOPPED_AT_GOAL]
+            carried = [r for r in goal if r.steps[-1] < span_end]
+            if carried:
+                at = ", ".join(f"{r.steps[-1]:g}" for r in carried)
+                they = ("count at their", "they") if len(carried) > 1 else ("counts at its", "it")
+                lines.append(
+                    f"{algo} on {env}: {', '.join(r.run_id for r in carried)} reached stop_at "
+                    f"and {they[0]} last test return after {they[1]} stopped (at step {at}; "
+                    f"the last test on {env} is at step {span_end:g})."
+                )
+            lines += [note for r in own if (note := _early_end_note(r, span_end, score))]
+    return lines
+
+
+def _early_end_note(run: RunResult, span_end: float, score: ScoreMethod) -> str:
+    """A warning naming ``run`` if it stopped for a reason other than ``stop_at`` before
+    ``span_end`` (the last test on its env) or before its ``max_epoch``, else ``""``."""
+    end = float(run.steps[-1])
+    if run.stop_reason == STOPPED_AT_GOAL or (run.stop_reason == FULL_BUDGET and end >= span_end):
+        return ""
+    if run.stop_reason == FULL_BUDGET:
+        why = "it ran its max_epoch"
+    else:
+        why = f"stop_reason {run.stop_reason!r}" if run.stop_reason else "no stop_reason recorded"
+    where = f", before the last test on {run.env_id} at step {span_end:g}" if end < span_end else ""
+    return (
+        f"**Warning:** {run.run_id} ({run.algo} on {run.env_id}) ended at step {end:g} "
+        f"({why}){where}; {_SHORT_RUN_SCORE[score]}."
+    )
+
+
+_SHORT_RUN_SCORE = {
+    "final": "its score is its last test return, what it would have done later is unknown",
+    "best": "its score is its best test return up to there, what it would have done later "
+    "is unknown",
+    "auc": "its auc covers its own tests only, so it is not comparable with longer runs'",
+}
+
+
+def _normalised(
+    scores: Mapping[str, FloatArray],
+    envs: list[str],
+    reference_scores: Mapping[str, float] | None,
+    random_scores: Mapping[str, float] | None,
+) -> tuple[NormalizedScores | None, str]:
+    """The normalised scores, or ``None`` and why not. An env given a reference or random
+    score must normalise (else the ``ValueError`` propagates: a value the user gave is
+    wrong); an env given neither is skipped when its defaults cannot be found or measured."""
+    given = set(reference_scores or {}) | set(random_scores or {})
+    refs, rands, skipped = dict(reference_scores or {}), dict(random_scores or {}), []
+    for i, env in enumerate(envs):
+        column = {algo: arr[:, [i]] for algo, arr in scores.items()}
+        try:
+            one = normalize_scores(
+                column,
+                [env],
+                reference_scores={env: refs[env]} if env in refs else None,
+                random_scores={env: rands[env]} if env in rands else None,
+            )
+        except ValueError as exc:
+            if env in given:
+                raise
+            skipped.append(str(exc))
+            continue
+        except Exception as exc:  # an env's own code, run to measure its random score
+            skipped.append(
+                f"measuring the random score of {env} raised {type(exc).__name__}: {exc} "
+                "(give it with --random ENV=SCORE)"
+            )
+            continue
+        refs[env], rands[env] = one.reference_scores[0], one.random_scores[0]
+    if skipped:
+        return None, f"Skipped, the scores cannot be normalised: {'; '.join(skipped)}"
+    return normalize_scores(scores, envs, reference_scores=refs, random_scores=rands), ""
+
+
 def build_report(
     experiment: Experiment,
     *,
@@ -170,11 +289,23 @@ def build_report(
     random_scores: Mapping[str, float] | None = None,
     out_dir: Path | None = None,
 ) -> str:
-    """The Markdown comparison of ``experiment``'s finished runs (module docstring)."""
+    """The Markdown comparison of ``experiment``'s finished runs (module docstring).
+
+    A ``reference_scores`` or ``random_scores`` value that is not finite, names an env not
+    compared, or leaves an env's reference at or below its random score raises
+    ``ValueError`` before the bootstrap; an env given neither is left out of the aggregates
+    (the report says why) when it has no ``reward_threshold`` or its random score cannot be
+    measured."""
     check_report_reps(reps)
+    check_report_seed(seed)
+    check_reference_scores(reference_scores, random_scores, tasks=experiment.envs)
     if out_dir is not None:
         check_out_dir(out_dir)
-    scores, envs = experiment.scores(score)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_AUC_SPAN_WARNING, category=UserWarning)
+        scores, envs = experiment.scores(score)
+    norm, skipped = _normalised(scores, envs, reference_scores, random_scores)
+    notes = run_notes(experiment, score)
     lines = [
         "# Experiment comparison",
         "",
@@ -182,26 +313,15 @@ def build_report(
         f"runs, {reps} replicates, seed {seed} (Agarwal et al. 2021).",
         "",
         *_few_runs_note(scores),
+        *([f"- {note}" for note in notes] + [""] if notes else []),
         "## Per env",
         "",
         *_per_env_table(scores, envs, reps, seed),
         "",
         "## Across envs",
         "",
+        *([skipped] if norm is None else _aggregate_table(norm, reps, seed)),
     ]
-    norm: NormalizedScores | None = None
-    try:
-        norm = normalize_scores(
-            scores, envs, reference_scores=reference_scores, random_scores=random_scores
-        )
-        lines += _aggregate_table(norm, reps, seed)
-    except ValueError as exc:
-        lines.append(f"Skipped, the scores cannot be normalised: {exc}")
-    except Exception as exc:  # an env's own code, run to measure its random score
-        lines.append(
-            f"Skipped, the scores cannot be normalised: measuring a random score raised "
-            f"{type(exc).__name__}: {exc} (give it with --random ENV=SCORE)"
-        )
     if len(scores) > 1:
         lines += [
             "",
@@ -214,9 +334,27 @@ def build_report(
             n = min(scores[x].shape[0], scores[y].shape[0])
             lines.append(f"| {x} vs {y} | {_est(est, '.2f', n)} |")
     if out_dir is not None:
-        lines += ["", "## Figures", "", *_figures(experiment, norm, scores, reps, seed, out_dir)]
-        replace_file(out_dir / REPORT_FILE, ("\n".join(lines) + "\n").encode("utf-8"))
+        figures, figure_lines = _figures(experiment, norm, scores, reps, seed)
+        lines += ["", "## Figures", "", *figure_lines]
+        _write_report(out_dir, figures, ("\n".join(lines) + "\n").encode("utf-8"))
     return "\n".join(lines)
+
+
+def _write_report(out_dir: Path, figures: Mapping[str, bytes], report: bytes) -> None:
+    """Publish the figures and ``report.md`` as one set, ``report.md`` last (so it never
+    describes figures of another report), then remove an earlier report's figures that
+    this one does not draw; a failed write leaves the earlier report as it was."""
+    replace_files(
+        [
+            *((out_dir / name, png) for name, png in figures.items()),
+            (out_dir / REPORT_FILE, report),
+        ],
+        what="report file",
+        fix="free space on its disk or give another directory (--out, out_dir in Python); "
+        "an earlier report there is left as it was",
+    )
+    for stale in set(FIGURES) - set(figures):  # an earlier report's figure would mislead
+        (out_dir / stale).unlink(missing_ok=True)
 
 
 def _carried_forward(
@@ -238,7 +376,7 @@ def _sample_efficiency(
 ) -> tuple[dict[str, dict[str, CurveEstimate]], list[str]]:
     """``{env: {algo: CurveEstimate}}`` on each algorithm's own grid, its reached-goal runs
     carried forward to the last test on the env (of any algorithm), and notes on curves that
-    reached-goal runs extend or that short runs cut."""
+    short runs cut (the runs themselves are named by :func:`run_notes`)."""
     curves: dict[str, dict[str, CurveEstimate]] = {}
     notes: list[str] = []
     for env in experiment.envs:
@@ -253,16 +391,6 @@ def _sample_efficiency(
             ]
             if not runs:
                 continue
-            carried = [
-                r.run_id
-                for r in runs
-                if r.stop_reason == STOPPED_AT_GOAL and r.steps[-1] < tested[-1]
-            ]
-            if carried:
-                notes.append(
-                    f"{algo} on {env}: {', '.join(carried)} reached stop_at and count at their "
-                    "last test return after they stopped."
-                )
             try:
                 grid, values = align_curves(_carried_forward(runs, tested))
             except ValueError as exc:  # runs that share no env steps: no common curve
@@ -288,13 +416,12 @@ def _figures(
     scores: Mapping[str, FloatArray],
     reps: int,
     seed: int,
-    out_dir: Path,
-) -> list[str]:
+) -> tuple[dict[str, bytes], list[str]]:
+    """``({file name: PNG bytes}, the report's lines on them)``; nothing is written here."""
     from epochtrain.experiment import plots
 
     curves, notes = _sample_efficiency(experiment, reps, seed)
     lines = [f"- {note}" for note in notes] + ([""] if notes else [])
-    written: list[str] = []
     try:
         figures = {}
         if curves:
@@ -310,12 +437,10 @@ def _figures(
     except MissingExtraError as exc:
         figures = {}
         lines.append(f"Figures skipped: {exc}")
+    pngs = {}
     for name, fig in figures.items():
         png = io.BytesIO()
         fig.savefig(png, dpi=110, format="png")
-        replace_file(out_dir / name, png.getvalue())
-        written.append(name)
-    for stale in set(FIGURES) - set(written):  # an earlier report's figure would mislead
-        (out_dir / stale).unlink(missing_ok=True)
-    titles = [name.removesuffix(".png").replace("_", " ") for name in written]
-    return lines + [f"![{title}]({name})" for name, title in zip(written, titles, strict=True)]
+        pngs[name] = png.getvalue()
+    titles = [name.removesuffix(".png").replace("_", " ") for name in pngs]
+    return pngs, lines + [f"![{title}]({name})" for name, title in zip(pngs, titles, strict=True)]

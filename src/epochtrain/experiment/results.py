@@ -13,12 +13,13 @@ as the report's curves draw it.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from epochtrain.experiment.runs import (
     run_in_use,
     sample_settings,
 )
+
+if TYPE_CHECKING:
+    from epochtrain.spec import RunSpec
 
 __all__ = ["STOPPED_AT_GOAL", "Experiment", "RunResult", "RunStatus", "load_experiment"]
 
@@ -226,31 +230,63 @@ def _curve_fault(steps: FloatArray, returns: FloatArray) -> str | None:
     return None
 
 
-def _read_result(path: Path, run_dir: Path) -> RunResult:
-    """The ``result.json`` at ``path``, checked: ``ValueError`` naming the file and the
-    entry that is missing or wrong (a file edited by hand, or from someone else)."""
+_REDO = (
+    "epochtrain never writes that, so the file was edited, damaged or copied from another "
+    "run: delete it and re-run the sweep's command, which runs the run again"
+)
+
+
+def _field(data: dict[str, Any], key: str, path: Path, ok: Callable[[Any], bool], what: str) -> Any:
+    """``data[key]`` if present and ``ok``; else ``ValueError`` naming the file and field."""
+    if key not in data or not ok(data[key]):
+        got = "no such field" if key not in data else repr(data[key])
+        raise ValueError(f"{os.fspath(path)!r}: {key!r} must be {what}, got {got}; {_REDO}")
+    return data[key]
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_str_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_seconds(value: Any) -> bool:
+    if value is None:
+        return True
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value >= 0
+
+
+def _read_result(path: Path, run_dir: Path, spec: RunSpec) -> RunResult:
+    """The ``result.json`` at ``path`` of the run ``spec`` in ``run_dir``, checked:
+    ``ValueError`` naming the file and the entry that is missing, wrong, or names another run
+    (a file edited by hand, or from someone else)."""
     data = check_format(read_json(path), path, "run result")
     for key in ("run_id", "algo", "env_id", "status"):
-        if not isinstance(data.get(key), str):
-            raise ValueError(f"{os.fspath(path)!r}: {key!r} must be a string")
-    seed = data.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"{os.fspath(path)!r}: 'seed' must be an int")
-    if data["status"] not in ("finished", "failed"):
-        raise ValueError(f"{os.fspath(path)!r}: 'status' must be 'finished' or 'failed'")
+        _field(data, key, path, _is_str, "a string")
+    seed = _field(data, "seed", path, _is_count, "an int >= 0")
+    _check_identity(data, path, run_dir, spec)
+    _field(data, "status", path, lambda v: v in ("finished", "failed"), "'finished' or 'failed'")
+    stop_reason = _field(data, "stop_reason", path, _is_str_or_none, "a string or null")
+    error = _field(data, "error", path, _is_str_or_none, "a string or null")
+    _field(data, "epochs", path, _is_count, "an int >= 0")
+    _field(data, "wall_time", path, _is_seconds, "a number >= 0 or null")
+    units = ("env_step", "gradient_step")
+    _field(data, "step_unit", path, lambda v: v in units, "'env_step' or 'gradient_step'")
     steps, returns = _numbers(data, "steps", path), _numbers(data, "test_returns", path)
     if len(steps) != len(returns):
         raise ValueError(
-            f"{os.fspath(path)!r} has {len(steps)} steps but {len(returns)} test_returns"
+            f"{os.fspath(path)!r} has {len(steps)} steps but {len(returns)} test_returns; " + _REDO
         )
     bad = _curve_fault(steps, returns)
     if bad is not None:
-        raise ValueError(
-            f"{os.fspath(path)!r} (run {data['run_id']}): {bad}; which epochtrain never writes, "
-            "so the file was edited or damaged: delete it and re-run the sweep's command, "
-            "which runs the run again"
-        )
-    stop_reason, error = data.get("stop_reason"), data.get("error")
+        raise ValueError(f"{os.fspath(path)!r} (run {data['run_id']}): {bad}; {_REDO}")
     return RunResult(
         run_id=data["run_id"],
         algo=data["algo"],
@@ -259,22 +295,49 @@ def _read_result(path: Path, run_dir: Path) -> RunResult:
         status="finished" if data["status"] == "finished" else "failed",
         steps=steps,
         test_returns=returns,
-        stop_reason=stop_reason if isinstance(stop_reason, str) else None,
-        error=error if isinstance(error, str) else None,
+        stop_reason=stop_reason,
+        error=error,
         path=run_dir,
     )
 
 
-def _load_run(run_dir: Path) -> RunResult:
+def _check_identity(data: dict[str, Any], path: Path, run_dir: Path, spec: RunSpec) -> None:
+    """``ValueError`` unless the result at ``path`` is of the run ``spec`` in ``run_dir``."""
+    own = {"run_id": spec.run_id, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed}
+    says = [f"{k} {data[k]!r}" for k, v in own.items() if data[k] != v]
+    if says:
+        raise ValueError(
+            f"{os.fspath(path)!r} says {', '.join(says)}, but it is in the directory of run "
+            f"{spec.run_id} ({os.fspath(run_dir)!r}, per its {SPEC_FILE}): it is the result "
+            f"of another run; delete it (or the run directory) and re-run the sweep with seed "
+            f"{spec.seed}, which runs that seed again"
+        )
+
+
+def _own_spec(run_dir: Path) -> RunSpec:
+    """The spec in ``run_dir``; ``ValueError`` if it is the spec of another run."""
+    from epochtrain.spec import RunSpec  # the spec module imports the algorithms: lazily
+
+    path = run_dir / SPEC_FILE
+    spec = RunSpec.from_file(path)
+    if spec.run_id != run_dir.name:
+        raise ValueError(
+            f"{os.fspath(path)!r} is the spec of run {spec.run_id}, but its directory is "
+            f"{run_dir.name!r}: it was copied from another run; delete {os.fspath(run_dir)!r} "
+            "and re-run the sweep with that directory's seed, which runs it again"
+        )
+    return spec
+
+
+def _load_run(run_dir: Path) -> tuple[RunResult, dict[str, Any]]:
+    """The run in ``run_dir`` and the settings of its sample (:func:`sample_settings`)."""
+    spec = _own_spec(run_dir)
     result_path = run_dir / RESULT_FILE
     if result_path.is_file():
-        return _read_result(result_path, run_dir)
-    from epochtrain.spec import RunSpec
-
-    spec = RunSpec.from_file(run_dir / SPEC_FILE)
+        return _read_result(result_path, run_dir, spec), sample_settings(spec)
     steps, returns = read_test_curve(run_dir)
     holder = run_in_use(run_dir)
-    return RunResult(
+    run = RunResult(
         run_id=spec.run_id,
         algo=spec.algo,
         env_id=spec.env_id,
@@ -285,14 +348,28 @@ def _load_run(run_dir: Path) -> RunResult:
         error=None if holder is None else f"in use by another sweep ({holder})",
         path=run_dir,
     )
+    return run, sample_settings(spec)
 
 
 def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str]) -> Experiment:
     """Read the experiment written by :func:`~epochtrain.experiment.run_experiment` to
-    ``path`` (and to each of ``more``, merged; a run id may appear only once)."""
-    runs: list[RunResult] = []
-    for directory in (path, *more):
-        root = Path(directory)
+    ``path`` (and to each of ``more``, merged; a run id may appear only once).
+
+    Every file is checked before a run is returned (``ValueError`` naming the file, what it
+    says and the fix): ``experiment.json`` lists plain run ids, once each; each run's
+    ``spec.toml`` and ``result.json`` are of the run their directory is named after; and
+    the runs of an algorithm on an env differ only in their seed, within a directory as
+    across directories, as they are pooled as one sample.
+    """
+    roots = [Path(directory) for directory in (path, *more)]
+    resolved = [root.resolve() for root in roots]
+    again = [os.fspath(r) for i, r in enumerate(roots) if resolved[i] in resolved[:i]]
+    if again:
+        raise ValueError(
+            f"experiment directories {again} are given more than once: give each directory once"
+        )
+    loaded: list[tuple[RunResult, dict[str, Any]]] = []
+    for root in roots:
         index = root / EXPERIMENT_FILE
         if not index.is_file():
             raise ValueError(
@@ -312,42 +389,48 @@ def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str])
                     f"{os.fspath(index)!r} lists run {run_id!r} but {os.fspath(run_dir)!r} "
                     f"has no {SPEC_FILE}: the directory is incomplete"
                 )
-            runs.append(_load_run(run_dir))
+            loaded.append(_load_run(run_dir))
+    runs = [run for run, _ in loaded]
     ids = [r.run_id for r in runs]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
+    if duplicates:  # each directory lists a run once, and a run's files name its directory
         raise ValueError(
             f"runs {duplicates} appear in more than one experiment directory: "
             "compare directories of different runs"
         )
     if not runs:
         raise ValueError(f"{os.fspath(path)!r} lists no runs")
-    if more:  # sweep checked this within each directory
-        _check_one_sample(runs)
+    _check_one_sample(loaded)
     return Experiment(tuple(runs))
 
 
-def _check_one_sample(runs: list[RunResult]) -> None:
-    """``ValueError`` if runs of one algorithm and env (from several directories) differ in
-    more than their seed: a comparison pools them as one sample."""
-    from epochtrain.spec import RunSpec  # the spec module imports the algorithms: lazily
-
+def _check_one_sample(loaded: list[tuple[RunResult, dict[str, Any]]]) -> None:
+    """``ValueError`` if runs of one algorithm and env differ in more than their seed (a
+    run directory copied in by hand, or directories of other settings): a comparison pools
+    them as one sample. Each run comes with its :func:`sample_settings`."""
     first: dict[tuple[str, str], tuple[RunResult, dict[str, Any]]] = {}
-    for run in runs:
-        assert run.path is not None
-        settings = sample_settings(RunSpec.from_file(run.path / SPEC_FILE))
+    for run, settings in loaded:
         other, theirs = first.setdefault((run.algo, run.env_id), (run, settings))
-        if theirs != settings:
-            assert other.path is not None
-            keys = sorted(
-                k for k in theirs.keys() | settings.keys() if theirs.get(k) != settings.get(k)
+        if theirs == settings:
+            continue
+        assert other.path is not None and run.path is not None
+        keys = sorted(
+            k for k in theirs.keys() | settings.keys() if theirs.get(k) != settings.get(k)
+        )
+        what = "; ".join(f"{k}: {theirs.get(k)!r} there, {settings.get(k)!r} here" for k in keys)
+        there, here = os.fspath(other.path.parent), os.fspath(run.path.parent)
+        if there == here:
+            runs = f"runs {other.run_id} and {run.run_id} in {here!r}"
+            fix = (
+                "delete the run directories that do not belong (a sweep with their seeds runs "
+                "them again with the settings of the others), or move them to an experiment "
+                "of their own"
             )
-            what = "; ".join(
-                f"{k}: {theirs.get(k)!r} there, {settings.get(k)!r} here" for k in keys
-            )
-            raise ValueError(
-                f"runs {other.run_id} in {os.fspath(other.path.parent)!r} and {run.run_id} in "
-                f"{os.fspath(run.path.parent)!r} run {run.algo} on {run.env_id} with different "
-                f"settings ({what}): compare pools the seeds of an algorithm on an env as one "
-                "sample, so they may differ only in their seed; compare the directories apart"
-            )
+        else:
+            runs = f"runs {other.run_id} in {there!r} and {run.run_id} in {here!r}"
+            fix = "compare the directories apart"
+        raise ValueError(
+            f"{runs} run {run.algo} on {run.env_id} with different settings ({what}): compare "
+            f"pools the seeds of an algorithm on an env as one sample, so they may differ only "
+            f"in their seed; {fix}"
+        )

@@ -130,7 +130,7 @@ def run_experiment(
     workers: int | None = None,
     show_progress: bool = True,
     address: str | None = None,
-    max_failures: int = 3,
+    max_failures: int | None = None,
     gpus_per_run: float = 0.0,
     storage_path: str | os.PathLike[str] | None = None,
 ) -> Experiment:
@@ -140,7 +140,8 @@ def run_experiment(
     or the most Ray trials running at once (default: as the cluster's CPUs allow);
     ``show_progress`` draws a bar per run and an overall bar with an ETA on stderr;
     ``max_failures`` is how often a run whose worker process died (Ray, processes) starts
-    again from its last checkpoint before it is recorded as failed.
+    again from its last checkpoint before it is recorded as failed (``None``: 3; the
+    ``"lockstep"`` backend, one process that restarts nothing, refuses it).
     Ray only (``docs/cluster.md``): ``address`` of the cluster (``None``: the Ray this
     process is connected to, else a new local one; ``"auto"``: this node's cluster),
     ``gpus_per_run`` GPUs per trial and ``storage_path`` for Tune's own files (default
@@ -149,6 +150,7 @@ def run_experiment(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     _check_ray_options(backend, address, max_failures, gpus_per_run, storage_path)
+    restarts = DEFAULT_MAX_FAILURES if max_failures is None else max_failures
     if not specs or not all(isinstance(s, RunSpec) for s in specs):
         raise ValueError(
             "specs must be a non-empty list of RunSpec (e.g. grid(['ppo'], ['CartPole-v1'], "
@@ -188,13 +190,13 @@ def run_experiment(
                     progress,
                     address=address,
                     workers=workers,
-                    max_failures=max_failures,
+                    max_failures=restarts,
                     gpus_per_run=gpus_per_run,
                     storage_path=storage_path,
                 )
             else:
                 n = min(workers or os.cpu_count() or 1, max(len(pending), 1))
-                run_processes(pending, n, progress, max_failures=max_failures)
+                run_processes(pending, n, progress, max_failures=restarts)
         return load_experiment(root)
 
 
@@ -214,6 +216,9 @@ def _check_specs(specs: Sequence[RunSpec]) -> None:
             except ValueError as exc:
                 raise ValueError(f"run {spec.run_id}: {exc}") from exc
 
+
+DEFAULT_MAX_FAILURES = 3
+"""Restarts of a run whose worker process died, when ``max_failures`` is not given."""
 
 HOLD_WAIT = 20.0
 """Seconds a sweep waits for runs another live process holds before it skips them: the
@@ -235,12 +240,20 @@ def _not_held(run_dirs: list[Path]) -> list[Path]:
 def _check_ray_options(
     backend: str,
     address: str | None,
-    max_failures: int,
+    max_failures: int | None,
     gpus_per_run: float,
     storage_path: str | os.PathLike[str] | None,
 ) -> None:
-    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
-        raise ValueError(f"max_failures must be an int >= 0, got {max_failures!r}")
+    if max_failures is not None and (
+        isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0
+    ):
+        raise ValueError(f"max_failures must be an int >= 0 or None, got {max_failures!r}")
+    if backend == "lockstep" and max_failures is not None:
+        raise ValueError(
+            "max_failures counts restarts of a run whose worker process died; "
+            "backend='lockstep' runs every run in this process and restarts nothing: "
+            "leave max_failures out, or use backend='processes'"
+        )
     if isinstance(gpus_per_run, bool) or not isinstance(gpus_per_run, int | float):
         raise ValueError(f"gpus_per_run must be a number >= 0, got {gpus_per_run!r}")
     if not gpus_per_run >= 0:

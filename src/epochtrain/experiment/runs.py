@@ -148,10 +148,34 @@ def check_format(data: Any, path: Path, what: str) -> dict[str, Any]:
 
 def read_index(path: Path) -> list[str]:
     """The run ids listed by the experiment index at ``path``, checked (``ValueError``
-    naming the file)."""
-    runs = check_format(read_json(path), path, "experiment index").get("runs", [])
+    naming the file and the entry): each is the name of a directory beside the index (no
+    path, so no run of another experiment is read, or deleted on advice) and is listed once.
+    """
+    try:
+        data = read_json(path)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc}: the experiment index is damaged. Delete it and run again each sweep "
+            "command that wrote to this directory: it lists their runs again, keeps the "
+            "finished ones and resumes the others"
+        ) from exc
+    runs = check_format(data, path, "experiment index").get("runs", [])
     if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
         raise ValueError(f"{os.fspath(path)!r}: 'runs' must be a list of run ids")
+    seen: set[str] = set()
+    for run_id in runs:
+        if run_id in ("", ".", "..") or Path(run_id).name != run_id or "\\" in run_id:
+            raise ValueError(
+                f"{os.fspath(path)!r} lists run {run_id!r}, which is not a run id (a plain "
+                f"directory name inside {os.fspath(path.parent)!r}, no path): remove the "
+                "entry, or move that run's directory here and list it by its name"
+            )
+        if run_id in seen:
+            raise ValueError(
+                f"{os.fspath(path)!r} lists run {run_id!r} twice: remove the repeated entry "
+                "from its 'runs' list"
+            )
+        seen.add(run_id)
     return runs
 
 
@@ -215,7 +239,6 @@ def open_trainer(run_dir: Path) -> Any:
     holds the lock until :func:`close_envs`. Its logs and checkpoints go to ``run_dir`` as
     it is now: a sweep copied elsewhere (whose ``spec.toml`` may still name the old place)
     resumes in its copy and never writes to the original."""
-    from epochtrain.checkpoint import find_checkpoints
     from epochtrain.checkpoint_save import adopt_checkpoint_lock
     from epochtrain.factory import make_trainer
 
@@ -231,7 +254,9 @@ def open_trainer(run_dir: Path) -> Any:
     _RUN_LOCKS[trainer] = lock
     weakref.finalize(trainer, lock.end)
     try:
-        if find_checkpoints(run_dir / CHECKPOINTS):
+        ckpts = run_dir / CHECKPOINTS
+        if ckpts.is_dir() and any(p.name.startswith("epoch_") for p in ckpts.iterdir()):
+            # a damaged latest checkpoint is refused (naming it), not started over
             # loaded here rather than through resume_from, which the spec would record
             trainer.load_checkpoint(run_dir / CHECKPOINTS)
         else:  # started over (killed before its first checkpoint): old records are dropped
