@@ -709,3 +709,16 @@ def test_errors_name_the_options_not_the_python_parameters(
     assert err.startswith(line), err
     assert "device=" not in err and "env_id" not in err and "Params.seed" not in err
     assert list(tmp_path.iterdir()) == []  # refused before any run directory
+
+
+def test_a_reader_that_closes_stdout_early_ends_the_command_quietly() -> None:
+    """`epochtrain compare DIR | head` ended in a BrokenPipeError traceback (and a second
+    one at the interpreter's exit): now the status a shell gives SIGPIPE, 141, and no
+    traceback."""
+    argv = [sys.executable, "-m", "epochtrain", "config", "--algo", "ppo", "--env", "CartPole-v1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the command writes
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the names of _EXPORTS, for type checkers and editors ("X as
     from epochtrain.algorithms import TD3Config as TD3Config
     from epochtrain.algorithms import TD3TrainingStats as TD3TrainingStats
     from epochtrain.checkpoint import CheckpointError as CheckpointError
+    from epochtrain.checkpoint import CheckpointVersionWarning as CheckpointVersionWarning
     from epochtrain.config import Config as Config
     from epochtrain.data import Batch as Batch
     from epochtrain.data import Collector as Collector
@@ -134,7 +135,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "TD3Config",
         "TD3TrainingStats",
     ),
-    "checkpoint": ("CheckpointError",),
+    "checkpoint": ("CheckpointError", "CheckpointVersionWarning"),
     "config": ("Config",),
     "data": ("Batch", "Collector", "PrioritizedReplayBuffer", "ReplayBuffer"),
     "factory": ("UnusedSettingWarning", "make_trainer"),

@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epochtrain.checkpoint_files import recover
+from epochtrain.checkpoint_files import is_complete, recover
 from epochtrain.checkpoint_save import (
     _FORMAT,
     _PAYLOAD,
@@ -58,6 +58,7 @@ __all__ = [
     "MANIFEST",
     "RUN_CHECKPOINTS",
     "CheckpointError",
+    "CheckpointVersionWarning",
     "DatasetMismatchError",
     "check_finite_weights",
     "find_checkpoints",
@@ -96,6 +97,11 @@ def _check_schema(manifest_path: Path, manifest: Any) -> dict[str, Any]:
         raise CheckpointError(
             f"{where} has format version {version}; this epochtrain reads version "
             f"{CHECKPOINT_FORMAT_VERSION}: upgrade epochtrain"
+        )
+    if version < 1:  # no epochtrain wrote it
+        raise CheckpointError(
+            f"{where}: 'format_version' is {version}, not a version any epochtrain wrote "
+            f"(1 to {CHECKPOINT_FORMAT_VERSION}); {fix}"
         )
     for key in ("epoch", "env_step", "gradient_step"):
         value = manifest.get(key)
@@ -149,15 +155,27 @@ def _check_records(where: str, manifest: dict[str, Any], fix: str) -> None:
         )
 
 
+class CheckpointVersionWarning(UserWarning):
+    """A checkpoint was written with another epochtrain, torch or gymnasium version: it
+    loads, but a resumed run may not match an uninterrupted one bit for bit."""
+
+
 def read_manifest(path: str | os.PathLike[str], *, verify_files: bool = True) -> dict[str, Any]:
     """The manifest of the checkpoint directory ``path``, checked.
 
     Raises :class:`CheckpointError` when the manifest is missing (a partial checkpoint),
-    unreadable, malformed (a field missing or of the wrong type) or of a newer format, or
-    (``verify_files``) when a file it lists is missing or differs in size or sha256. Warns
-    when the checkpoint comes from another epochtrain, torch or gymnasium version.
+    unreadable, malformed (a field missing or of the wrong type) or of a format version
+    this epochtrain does not read, or (``verify_files``) when a file it lists is missing or
+    differs in size or sha256. Warns (:class:`CheckpointVersionWarning`) when the
+    checkpoint comes from another epochtrain, torch or gymnasium version.
     """
-    ckpt = Path(path)
+    manifest = _read_manifest(Path(path), verify_files=verify_files)
+    _warn_versions(Path(path), manifest["versions"])
+    return manifest
+
+
+def _read_manifest(ckpt: Path, *, verify_files: bool) -> dict[str, Any]:
+    """:func:`read_manifest` without the version warning."""
     manifest_path = ckpt / MANIFEST
     if not manifest_path.is_file():
         raise CheckpointError(
@@ -169,7 +187,6 @@ def read_manifest(path: str | os.PathLike[str], *, verify_files: bool = True) ->
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{os.fspath(manifest_path)!r} is corrupt: {exc}") from exc
     manifest = _check_schema(manifest_path, raw)
-    _warn_versions(ckpt, manifest["versions"])
     if verify_files:
         for name, entry in manifest["files"].items():
             _verify_file(ckpt / name, entry)
@@ -187,11 +204,12 @@ def _warn_versions(ckpt: Path, saved: dict[str, Any]) -> None:
         warnings.warn(
             f"checkpoint {os.fspath(ckpt)!r} was written with " + ", ".join(differ) + "; it is "
             "loaded anyway, but a resumed run may not match an uninterrupted one bit for bit",
+            CheckpointVersionWarning,
             stacklevel=3,
         )
 
 
-def _verify_file(file: Path, entry: dict[str, Any]) -> None:
+def _verify_size(file: Path, entry: dict[str, Any]) -> None:
     if not file.is_file():
         raise CheckpointError(f"{os.fspath(file)!r} is missing from the checkpoint")
     size = file.stat().st_size
@@ -200,6 +218,10 @@ def _verify_file(file: Path, entry: dict[str, Any]) -> None:
             f"{os.fspath(file)!r} has {size} bytes, the manifest says {entry.get('bytes')}: "
             "the file is truncated or was changed"
         )
+
+
+def _verify_file(file: Path, entry: dict[str, Any]) -> None:
+    _verify_size(file, entry)
     if _sha256(file) != entry.get("sha256"):
         raise CheckpointError(
             f"{os.fspath(file)!r} is corrupt: its sha256 differs from the manifest's"
@@ -235,17 +257,51 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
     own_files = any((path / name).exists() for name in (MANIFEST, *_PAYLOAD))
     if own_files or path.name.startswith(_PERIODIC_PREFIX):
         return path  # a checkpoint, maybe partial: read_manifest says what is wrong
-    found = find_checkpoints(path)
-    if not found and (path / RUN_CHECKPOINTS).is_dir():
+    latest = _latest_checkpoint(path)
+    if latest is None and (path / RUN_CHECKPOINTS).is_dir():
         recover(path / RUN_CHECKPOINTS)
-        found = find_checkpoints(path / RUN_CHECKPOINTS)
-    if not found:
+        latest = _latest_checkpoint(path / RUN_CHECKPOINTS)
+    if latest is None:
         raise CheckpointError(
             f"{os.fspath(path)!r} holds no complete checkpoint (no epoch_*/{MANIFEST}, nor "
             f"{RUN_CHECKPOINTS}/epoch_*/{MANIFEST}); pass a checkpoint directory, a "
             "checkpoint_dir a run has written to, or its run directory"
         )
-    return found[-1]
+    return latest
+
+
+def _latest_checkpoint(root: Path) -> Path | None:
+    """The newest ``epoch_*`` checkpoint in ``root`` (``None`` if there is none), checked.
+
+    A save publishes a checkpoint by renaming it into place once complete (a killed save
+    leaves a ``.tmp-*`` directory, never read), so an ``epoch_*`` directory that fails the
+    check was damaged after it was written: :class:`CheckpointError` naming the file and
+    the checkpoint before it, rather than resuming from that one without a word.
+    """
+    if not root.is_dir():
+        return None
+    published = sorted(
+        (p for p in root.iterdir() if p.name.startswith(_PERIODIC_PREFIX) and p.is_dir()),
+        key=lambda p: p.name,
+    )
+    if not published:
+        return None
+    newest = published[-1]
+    try:
+        manifest = _read_manifest(newest, verify_files=False)
+        for name, entry in manifest["files"].items():
+            _verify_size(newest / name, entry)
+    except CheckpointError as exc:
+        earlier = [p for p in published[:-1] if is_complete(p)]
+        if earlier:
+            fix = f"to resume from (or test) the one before it, pass {os.fspath(earlier[-1])!r}"
+        else:
+            fix = "it is the only checkpoint there: restore it from a backup, or start again"
+        raise CheckpointError(
+            f"the latest checkpoint in {os.fspath(root)!r}, {newest.name}, is damaged: {exc}. "
+            f"It is left as it is; {fix}"
+        ) from exc
+    return newest
 
 
 def _read_states(ckpt: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -367,7 +423,13 @@ def load_policy(policy: Policy[Any], path: str | os.PathLike[str]) -> dict[str, 
     ckpt = resolve_checkpoint(path)
     manifest = read_manifest(ckpt)
     state = _load_dict(ckpt / "policy.pt")
-    check_policy_state(policy, state)
+    try:
+        check_policy_state(policy, state)
+    except ValueError as exc:
+        raise CheckpointError(
+            f"{os.fspath(ckpt / 'policy.pt')!r} does not fit this {type(policy).__name__} "
+            f"(the policy its manifest names): {exc}; the file was replaced or damaged"
+        ) from exc
     load_policy_state(policy, state)
     return manifest
 

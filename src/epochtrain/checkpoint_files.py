@@ -7,6 +7,7 @@ writing process's)::
     .tmp-<name>-<pid>/       a checkpoint being written; complete once its manifest is there
     .old-<name>-<pid>/       the checkpoint being replaced, moved aside during the swap
     .trash-<name>-<pid>/     a rotated-out checkpoint, moved out of ``epoch_*`` then deleted
+    damaged-<name>/          a damaged checkpoint set aside by a save, never deleted
     .lock                    JSON {pid, host, token, created}: the directory's writer
     .tmp-.lock-<token>-<pid> the record of a process creating ``.lock``: hard-linked to it,
                              then deleted (:meth:`CheckpointLock.acquire`)
@@ -33,6 +34,7 @@ import os
 import shutil
 import socket
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,7 @@ __all__ = [
     "leftover_name",
     "recover",
     "remove_dir",
+    "set_aside_damaged",
     "sweep",
 ]
 
@@ -178,8 +181,9 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
 
     Only those of finished writers (dead processes, or this one), unless ``owned`` (the
     caller holds ``root``'s lock, so no
-    other process writes there): then every leftover, and with ``name=None`` also the
-    ``epoch_*`` directories that are not complete (a rotation killed by an older epochtrain).
+    other process writes there): then every leftover; and with ``name=None`` an ``epoch_*``
+    directory that is not complete is set aside (:func:`set_aside_damaged`), never deleted:
+    a save publishes only complete ones, so it was damaged after it was written.
     With ``name=None``, also the locks that an earlier version's takeover killed half-way
     left moved aside (``.lock.stale-*``) by a process of this host that has ended (even
     when ``owned``).
@@ -197,13 +201,10 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
         elif entry.name.startswith(STALE_LOCK):
             removable = False  # another host's
         else:
-            removable = (
-                owned
-                and name is None
-                and entry.name.startswith("epoch_")
-                and entry.is_dir()
-                and not is_complete(entry)
-            )
+            removable = False
+            published = owned and name is None and entry.name.startswith("epoch_")
+            if published and entry.is_dir() and not is_complete(entry):
+                set_aside_damaged(entry)
         if removable:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
@@ -211,6 +212,33 @@ def clean_leftovers(root: Path, *, name: str | None = None, owned: bool = False)
                 entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
+
+
+DAMAGED = "damaged-"
+"""Prefix of a damaged ``epoch_*`` checkpoint set aside by a save in its directory."""
+
+
+def set_aside_damaged(path: Path) -> Path | None:
+    """Rename the damaged checkpoint ``path`` to ``damaged-<name>`` beside it, out of the
+    ``epoch_*`` names that resumes read and rotation deletes, with a warning naming it;
+    an empty directory holds nothing and is removed. Returns the new name, if any."""
+    if not any(path.iterdir()):
+        path.rmdir()
+        return None
+    aside = path.parent / f"{DAMAGED}{path.name}"
+    n = 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = path.parent / f"{DAMAGED}{path.name}-{n}"
+    os.replace(path, aside)
+    warnings.warn(
+        f"the checkpoint {os.fspath(path)!r} is damaged (a file it lists is missing or of "
+        f"another size, or its manifest is): it was renamed to {aside.name!r}, not deleted, "
+        "so that this run's saves neither replace nor rotate it out; delete it once you have "
+        "looked at it",
+        stacklevel=2,
+    )
+    return aside
 
 
 def sweep(root: Path, *, owned: bool = False) -> list[Path]:

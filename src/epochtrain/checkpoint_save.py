@@ -198,6 +198,11 @@ def _check_loadable(obj: object, what: str) -> None:
 def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> Path:
     """Write ``trainer``'s checkpoint directory at ``path`` atomically; returns ``path``.
 
+    ``path`` must be new, an empty directory, or a checkpoint of this run (same trainer
+    and policy classes and, for runs of ``make_trainer``, the same algorithm, env and
+    seed), which is replaced: saving twice to ``"manual/after-2"`` keeps the second. A
+    file, a directory holding anything else, or another run's checkpoint is refused with a
+    ``ValueError`` naming it, before anything is written: nothing a user saved is replaced.
     An existing checkpoint at ``path`` is replaced only once the new one is complete: at
     every moment ``path`` (or, after a kill between the two renames, its ``.old-*`` or
     ``.tmp-*`` copy, which the next save or load puts back) holds a complete checkpoint.
@@ -205,10 +210,11 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
     :class:`CheckpointError` naming the file when a write fails (the disk is full).
     Prefer ``trainer.save_checkpoint``.
     """
-    path = Path(path)
+    path = _checked_target(trainer, path)
     check_finite_weights(trainer, path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     recover(path)
+    _refuse_to_replace(trainer, path)
+    _make_parent(path)
     clean_leftovers(path.parent, name=path.name)
     state = trainer.state_dict()
     for entry in state["hooks"]:
@@ -243,6 +249,94 @@ def save_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
         raise
     trainer.last_checkpoint = path
     return path
+
+
+def _checked_target(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> Path:
+    """``path`` as a ``Path``; ``ValueError`` for one that names no directory to create."""
+    given = os.fspath(path)
+    target = Path(given)
+    if given == "" or target.name in ("", ".", ".."):
+        raise ValueError(
+            f"save_checkpoint: path {given!r} names no directory to create (a checkpoint is "
+            "a directory of its own): give a new path, e.g. 'checkpoints/manual'"
+        )
+    return target
+
+
+def _run_of(manifest: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What tells one run's checkpoints from another's: the trainer and policy classes and,
+    when the run was built by ``make_trainer``, its algorithm, env and seed."""
+    config = manifest.get("config")
+    config = config if isinstance(config, dict) else {}
+    spec = manifest.get("spec")
+    ident = (config.get("trainer"), config.get("policy"))
+    if isinstance(spec, dict):
+        params = spec.get("trainer")
+        seed = params.get("seed") if isinstance(params, dict) else None
+        return (*ident, spec.get("algo"), spec.get("env_id"), seed)
+    return ident
+
+
+def _describe_run(manifest: Mapping[str, Any]) -> str:
+    run = _run_of(manifest)
+    if len(run) == 5:
+        return f"{run[2]} on {run[3]}, seed {run[4]}"
+    return f"a {run[0]} of a {run[1]} policy"
+
+
+def _refuse_to_replace(trainer: BaseTrainer[Any], path: Path) -> None:
+    """``ValueError`` unless saving at ``path`` loses nothing: ``path`` is missing, an empty
+    directory, or a checkpoint of this run (the docs' "saved to the same path again")."""
+    if not os.path.lexists(path):
+        return
+    where = f"save_checkpoint: {os.fspath(path)!r}"
+    fix = "pass a new path (or an earlier checkpoint of this run, which is then replaced)"
+    if path.is_symlink() or not path.is_dir():
+        raise ValueError(
+            f"{where} is a {'symbolic link' if path.is_symlink() else 'file'}, not a "
+            f"checkpoint directory, and saving would replace it: {fix}, or delete it first"
+        )
+    entries = sorted(p.name for p in path.iterdir())
+    if not entries:
+        return
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ValueError(
+            f"{where} is a directory that holds no epochtrain checkpoint (it holds {shown}), "
+            f"and saving would delete what it holds: {fix}, or an empty directory"
+        )
+    own = _manifest_run(trainer)
+    saved, ours = _run_of(manifest), _run_of(own)
+    common = min(len(saved), len(ours))  # a hand-built trainer has no spec to compare
+    if saved[:common] != ours[:common]:
+        raise ValueError(
+            f"{where} holds the checkpoint of another run ({_describe_run(manifest)}, "
+            f"epoch {manifest.get('epoch')}; this one is {_describe_run(own)}), and saving "
+            f"would replace it: {fix}, or delete it first if it is no longer needed"
+        )
+
+
+def _manifest_run(trainer: BaseTrainer[Any]) -> dict[str, Any]:
+    """The part of ``trainer``'s manifest that :func:`_run_of` reads."""
+    config = {"trainer": type(trainer).__name__, "policy": type(trainer.policy).__name__}
+    return {"config": config, "spec": trainer.spec}
+
+
+def _make_parent(path: Path) -> None:
+    """Create ``path``'s parent; ``ValueError`` naming the part of it that is a file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        blocking = next((p for p in (path.parent, *path.parent.parents) if p.is_file()), None)
+        what = os.fspath(blocking) if blocking is not None else os.fspath(path.parent)
+        raise ValueError(
+            f"save_checkpoint: cannot create {os.fspath(path.parent)!r}: {what!r} is a file; "
+            "pass a path under a directory"
+        ) from exc
 
 
 def _write_text(f: BinaryIO, text: str) -> None:

@@ -21,7 +21,9 @@ this module builds the parser, puts errors in the command line's words
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import select
 import sys
 import warnings
 from collections.abc import Sequence
@@ -155,8 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> int:
+    """Print the resolved spec, once it passes what ``train`` checks before any work (the
+    policy on the env's spaces, the device; not the dataset file nor the directories,
+    which are where it runs, not what it is)."""
+    from epochtrain.factory import check_spec
+
     try:
         spec = resolve_spec(args)
+        check_spec(spec, dataset=False)
     except USAGE_ERRORS as exc:
         print(f"epochtrain: error: {command_words(str(exc))}", file=sys.stderr)
         return 2
@@ -181,7 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_as_interrupt(), warnings.catch_warnings():
             warnings.showwarning = _warning_line
             try:
-                return _main(argv)
+                status = _main(argv)
+                sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
+                return status
             finally:  # ended (--help and bad options too): when the process is this command,
                 if argv is None:  # a signal in its exit would only kill it, status -2 or -15
                     ignore_further_interrupts()
@@ -190,11 +200,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             ignore_further_interrupts()  # would only print a traceback of the exit
         print(interrupted_line(exc, words), file=sys.stderr)
         return exit_status(exc)
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # another pipe (an env worker's): an error of the command
+        return 128 + 13  # as a shell reports SIGPIPE: the reader (`| head`) had enough
     except Exception as exc:
         if not is_file_fault(exc):
             raise
         print(failed_line(exc, words), file=sys.stderr)
         return 1
+
+
+def _stdout_closed() -> bool:
+    """True when standard output is a pipe whose reader has gone (``epochtrain compare DIR |
+    head``); then stdout goes to ``os.devnull``, so that the interpreter's last flush at
+    exit prints no second error."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        closed = any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file (captured), or no poll
+        return False
+    if closed:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return closed
 
 
 def _warning_line(

@@ -126,6 +126,7 @@ def _checkpoint_trainer(
     Returns the trainer, the resolved checkpoint directory and its manifest.
     """
     from epochtrain.checkpoint import (
+        CheckpointVersionWarning,
         load_hook_states,
         load_policy,
         read_manifest,
@@ -160,8 +161,11 @@ def _checkpoint_trainer(
     with warnings.catch_warnings():  # the trained run's logging and checkpoint settings
         warnings.simplefilter("ignore", UnusedSettingWarning)
         trainer = make_trainer(spec, buffer=dataset, logger=LazyLogger(), stop_fn=None)
-    manifest = load_policy(trainer.policy, ckpt)
-    for name, state in load_hook_states(ckpt):
+    with warnings.catch_warnings():  # read_manifest above has warned of other versions
+        warnings.simplefilter("ignore", CheckpointVersionWarning)
+        manifest = load_policy(trainer.policy, ckpt)
+        hook_states = load_hook_states(ckpt)
+    for name, state in hook_states:
         # the policy acts on normalised observations: test it on them, with the run's stats
         if name == ObservationNormalizer.__qualname__:
             normalizer = ObservationNormalizer()

@@ -235,6 +235,8 @@ def _nothing_to_resume(path: str, exc: Exception) -> str:
             f"--resume {path} {what}: pass the run directory of `epochtrain train` "
             f"(<logdir>/<run>), its {RUN_CHECKPOINTS}/ or one of its epoch_* checkpoints"
         )
+    if _holds_checkpoints(given) or _holds_checkpoints(given / RUN_CHECKPOINTS):
+        return f"--resume {path}: {exc}"  # damaged, not missing: the error names the file
     run_dir = given.parent if given.name == RUN_CHECKPOINTS else given
     try:
         spec = RunSpec.from_file(run_dir / "spec.toml")
@@ -261,6 +263,12 @@ def _nothing_to_resume(path: str, exc: Exception) -> str:
         f"--resume {path}: the run holds no complete checkpoint ({why}), so there is nothing "
         f"to resume. Start it again without --resume{where}: {shlex.join(command)}"
     )
+
+
+def _holds_checkpoints(root: Path) -> bool:
+    """Whether ``root`` holds ``epoch_*`` checkpoint directories, complete or damaged (a
+    save in progress is a ``.tmp-*`` directory, not one of them)."""
+    return root.is_dir() and any(p.name.startswith("epoch_") and p.is_dir() for p in root.iterdir())
 
 
 _SET_BY_RESUME = frozenset({"trainer.resume_from", "logging.logdir"})

@@ -28,7 +28,12 @@ from epochtrain.registry import ALGORITHMS
 from epochtrain.spec import RunSpec
 from epochtrain.trainer import BaseTrainer
 from epochtrain.trainer.base import StopFn
-from epochtrain.trainer.checks import check_arguments, check_env_spaces
+from epochtrain.trainer.checks import (
+    check_arguments,
+    check_checkpoint_dir,
+    check_env_spaces,
+    minibatch_size_note,
+)
 from epochtrain.trainer.hooks import TrainerHook
 from epochtrain.trainer.params import TrainerParams
 
@@ -95,7 +100,8 @@ def make_trainer(
             f"buffer= is the dataset of an offline algorithm; {spec.algo!r} collects its own "
             "data (set its capacity with buffer_size=...)"
         )
-    if logger is None and spec.logging.logdir is not None:  # before any env is made
+    check_checkpoint_dir(spec.trainer)  # before any env is made
+    if logger is None and spec.logging.logdir is not None:  # before any env is made too
         check_writable_dir(spec.logging.logdir, "logdir")
     # resume only once trainer.spec is set, so the checkpoint's spec is compared with it
     params = spec.trainer.replace(resume_from=None)
@@ -127,11 +133,16 @@ def make_trainer(
         elif entry.kind != "offline":
             envs.append(make_envs(spec.env_id, spec.num_envs, backend=spec.env_backend))
             train_buffer = _make_buffer(spec)
+            sized_by, value = "buffer_size", spec.buffer.buffer_size
+            if value is None:  # on-policy: the buffer holds one rollout of step_per_collect
+                sized_by, value = "step_per_collect", getattr(params, "step_per_collect", None)
             check_spaces_memory(  # a replay buffer too large is refused, not killed when full
                 envs[1].single_observation_space,
                 envs[1].single_action_space,
                 train_buffer.rows,
                 train_buffer.num_envs,
+                setting=sized_by,
+                value=value,
             )
             train_collector = Collector(policy, envs[1], train_buffer)
         trainer = entry.trainer_cls(
@@ -158,6 +169,9 @@ def make_trainer(
         except BaseException:
             trainer.close()
             raise
+    note = minibatch_size_note(spec.trainer, spec.num_envs)
+    if note is not None:  # once built: not before a refusal
+        warnings.warn(note, UnusedSettingWarning, stacklevel=2)
     return trainer
 
 

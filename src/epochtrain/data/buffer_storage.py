@@ -91,24 +91,39 @@ def available_memory() -> int | None:
     return None
 
 
-def check_memory(obs: ObsArray, act: np.ndarray, rows: int, num_envs: int) -> None:
-    """Raise ``ValueError`` naming ``buffer_size`` if a buffer of ``rows`` x ``num_envs``
-    transitions like ``obs`` and ``act`` (a leading env axis) would take more than
-    :data:`MEMORY_SHARE` of the memory available. Linux hands out zeroed pages lazily, so
-    without this check a buffer too large is not refused: the kernel kills the process,
-    without a word, once the buffer fills up."""
+def check_memory(
+    obs: ObsArray,
+    act: np.ndarray,
+    rows: int,
+    num_envs: int,
+    *,
+    setting: str = "buffer_size",
+    value: int | None = None,
+) -> None:
+    """Raise ``ValueError`` naming ``setting`` (``buffer_size``, or what else sized the
+    buffer, such as an on-policy rollout's ``step_per_collect``, then with its ``value``)
+    if a buffer of ``rows`` x ``num_envs`` transitions like ``obs`` and ``act`` (a leading
+    env axis) would take more than :data:`MEMORY_SHARE` of the memory available. Linux
+    hands out zeroed pages lazily, so without this check a buffer too large is not
+    refused: the kernel kills the process, without a word, once the buffer fills up."""
     per_row = transition_bytes(obs, act)
-    needed = per_row * rows * num_envs
+    transitions = rows * num_envs
+    needed = per_row * transitions
     available = available_memory()
     if available is None or needed <= MEMORY_SHARE * available:
         return
     kind = "dict" if isinstance(obs, dict) else f"{np.asarray(obs).shape[1:]} {obs.dtype}"
     fits = int(MEMORY_SHARE * available) // per_row // num_envs * num_envs
+    buffer = f"{transitions:,} transitions of {kind} observations"
+    if value is None or setting == "buffer_size":
+        sized, at_most = f"buffer_size={buffer}", fits
+    else:  # the buffer's size follows from `setting`: the fix is to lower that
+        sized = f"{setting}={value:,} makes a buffer of {buffer}, which"
+        at_most = fits * value // transitions
     raise ValueError(
-        f"buffer_size={rows * num_envs:,} transitions of {kind} observations need "
-        f"{size_text(needed)} (obs and obs_next are stored), more than "
-        f"{MEMORY_SHARE:.0%} of the {size_text(available)} of memory available: lower "
-        f"buffer_size (at most {fits:,} here)"
+        f"{sized} need {size_text(needed)} (obs and obs_next are "
+        f"stored), more than {MEMORY_SHARE:.0%} of the {size_text(available)} of memory "
+        f"available: lower {setting} (at most {at_most:,} here)"
     )
 
 
@@ -136,14 +151,20 @@ def size_text(n_bytes: float) -> str:
 
 
 def check_spaces_memory(
-    observation_space: gym.Space[Any], action_space: gym.Space[Any], rows: int, num_envs: int
+    observation_space: gym.Space[Any],
+    action_space: gym.Space[Any],
+    rows: int,
+    num_envs: int,
+    *,
+    setting: str = "buffer_size",
+    value: int | None = None,
 ) -> None:
     """:func:`check_memory` for the observations and actions of one env's spaces, before
     any transition exists (spaces a buffer cannot hold are left to the buffer to refuse)."""
     obs = create_empty_array(observation_space, num_envs)
     act = create_empty_array(action_space, num_envs)
     if isinstance(obs, np.ndarray | dict) and isinstance(act, np.ndarray):
-        check_memory(obs, act, rows, num_envs)
+        check_memory(obs, act, rows, num_envs, setting=setting, value=value)
 
 
 def alloc_obs(example: ObsArray, rows: int, num_envs: int) -> Obs:
@@ -354,10 +375,17 @@ def write_state_file(state: dict[str, Any], path: str | os.PathLike[str]) -> Non
 
 def read_state_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The buffer state in a file written by :func:`write_state_file` (``weights_only``: no
-    code runs); ``FileNotFoundError`` or ``CheckpointError`` naming the path."""
+    code runs); ``FileNotFoundError`` or ``CheckpointError`` naming the path (a dataset's
+    ``.json`` sidecar is named as such, with the buffer file it describes)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"buffer file {str(path)!r} does not exist")
+    described = path.with_name(path.name.removesuffix(".json"))
+    if path.suffix == ".json" and described != path and described.is_file():
+        raise CheckpointError(  # the pair `epochtrain collect` writes: FILE and FILE.json
+            f"{str(path)!r} is the JSON sidecar that describes the dataset "
+            f"{str(described)!r}, not a buffer file: pass {str(described)!r}"
+        )
     state = safe_torch_load(path, "buffer file")
     if not isinstance(state, dict) or state.get("format_version") != BUFFER_FORMAT_VERSION:
         raise CheckpointError(

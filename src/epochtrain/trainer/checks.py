@@ -20,17 +20,19 @@ from epochtrain.data.collector import Collector
 from epochtrain.errors import CheckpointError
 from epochtrain.logger import BaseLogger
 from epochtrain.trainer.hooks import TrainerHook
-from epochtrain.trainer.params import TrainerParams
+from epochtrain.trainer.params import OnpolicyParams, TrainerParams
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
 
 __all__ = [
     "check_arguments",
+    "check_checkpoint_dir",
     "check_env_spaces",
     "check_hooks",
     "check_objects",
     "check_reset",
+    "minibatch_size_note",
 ]
 
 _TRAINER_OF_KIND: dict[str, str] = {
@@ -87,11 +89,46 @@ def check_arguments(
             f"params.resume_from={params.resume_from!r} does not exist: pass a checkpoint "
             "directory (or the checkpoint_dir holding them)"
         )
+    check_checkpoint_dir(params)
     if params.checkpoint_dir is not None and Path(params.checkpoint_dir).is_file():
         raise ValueError(
             f"params.checkpoint_dir must be a directory, got the file {params.checkpoint_dir!r}"
         )
     return hook_list
+
+
+def check_checkpoint_dir(params: TrainerParams) -> None:
+    """Refuse ``checkpoint_dir=""``: as a path it is the working directory, where the
+    checkpoints would land unasked (``logdir=""`` is refused too)."""
+    if params.checkpoint_dir == "":
+        raise ValueError(
+            "checkpoint_dir='' would write the checkpoints into the current directory: "
+            "pass checkpoint_dir=None for no checkpoints, or checkpoint_dir='.' for the "
+            "current directory"
+        )
+
+
+def minibatch_size_note(params: TrainerParams, num_envs: int) -> str | None:
+    """What to say when an on-policy ``batch_size`` exceeds the rollout of
+    ``step_per_collect`` env steps over ``num_envs`` envs (each pass is then one gradient
+    step on the whole rollout, as with ``batch_size=None``), else None. A warning, not an
+    error (:func:`~epochtrain.factory.make_trainer` gives it), as Stable-Baselines3's PPO
+    warns about a rollout that is no multiple of its minibatch: the run is sound, and a
+    sweep over ``num_envs`` or ``step_per_collect`` may cross the line in a few runs."""
+    if not isinstance(params, OnpolicyParams):
+        return None
+    batch_size, step_per_collect = params.batch_size, params.step_per_collect
+    if batch_size is None or step_per_collect is None:  # whole rollouts, or episodes
+        return None
+    rollout = -(-step_per_collect // num_envs) * num_envs  # the collector's whole vector steps
+    if batch_size <= rollout:
+        return None
+    return (
+        f"batch_size={batch_size:,} is larger than the rollout it splits "
+        f"(step_per_collect={step_per_collect:,} over num_envs={num_envs}: {rollout:,} "
+        "transitions): each pass is one gradient step on the whole rollout. Lower "
+        f"batch_size to at most {rollout:,}, or set batch_size=None to ask for that"
+    )
 
 
 def check_objects(

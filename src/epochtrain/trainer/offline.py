@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 
 from epochtrain.algorithms.base import Policy, TrainerKind
+from epochtrain.algorithms.bc import BC
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.dataset import dataset_fingerprint
@@ -23,7 +25,50 @@ from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
 from epochtrain.trainer.params import OfflineParams, TrainerParams
 
-__all__ = ["OfflineTrainer", "check_dataset_spaces"]
+__all__ = ["OfflineTrainer", "check_dataset_spaces", "check_dataset_values"]
+
+
+def check_dataset_values(policy: Policy[Any], buffer: ReplayBuffer) -> None:
+    """Refuse a dataset holding NaN or inf in a float field the policy learns from
+    (``ValueError`` naming the file, the field and the first such transition): it would
+    surface only later, as a NaN loss. A field the policy does not read (BC reads only
+    ``obs`` and ``act``, not ``rew`` nor ``obs_next``) gets a warning instead: the run is
+    sound, but the dataset is not. One vectorised pass per field
+    (:meth:`ReplayBuffer.nonfinite_fields`), once, when the trainer is built."""
+    found = buffer.nonfinite_fields()
+    if not found:
+        return
+    name = "the dataset (buffer=)" if buffer.source is None else f"the dataset {buffer.source!r}"
+    algo = type(policy).__name__
+    # BC fits actions to observations: it reads no reward, no next observation, no flag
+    read = [f for f in found if not isinstance(policy, BC) or f.split(".")[0] in ("obs", "act")]
+    where = ", ".join(
+        f"{f!r} (first at transition {_position(buffer, i)})" for f, i in found.items()
+    )
+    if read:
+        raise ValueError(
+            f"{name} holds NaN or inf in {where}: {algo} reads {_words(read, 'and')} and "
+            "would learn NaN. Replace or drop those transitions and save the buffer again "
+            "(ReplayBuffer.load, edit its state_dict(), load_state_dict, save), or record the "
+            "dataset again (`epochtrain collect`)"
+        )
+    warnings.warn(
+        f"{name} holds NaN or inf in {where}: {algo} does not read {_words(found, 'or')}, "
+        "so it learns as usual; an algorithm that does (CQL, TD3+BC) refuses this dataset",
+        stacklevel=4,
+    )
+
+
+def _words(fields: Iterable[str], conjunction: str) -> str:
+    return f" {conjunction} ".join(repr(f) for f in fields)
+
+
+def _position(buffer: ReplayBuffer, flat_index: int) -> str:
+    """A flat transition index in words (its row and env when there are several envs)."""
+    if buffer.num_envs == 1:
+        return str(flat_index)
+    row, env = divmod(flat_index, buffer.num_envs)
+    return f"{flat_index} (row {row}, env {env})"
 
 
 def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
@@ -128,6 +173,7 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
+        check_dataset_values(self.policy, self.buffer)  # first: NaN actions pass range checks
         check_dataset_spaces(self.policy, self.buffer)
 
     def dataset_record(self) -> dict[str, Any]:
