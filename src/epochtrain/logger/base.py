@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -114,6 +115,76 @@ def _scope_steps(state: Mapping[str, object], what: str) -> dict[Scope, int | No
     return restored
 
 
+def logger_states(state: Mapping[str, object]) -> list[Mapping[str, object]]:
+    """The per-logger states in a checkpoint's logger ``state``: a
+    :class:`~epochtrain.logger.MultiLogger`'s ``"loggers"`` list, or ``[state]``."""
+    states = state.get("loggers", [state])
+    if not isinstance(states, list) or not all(isinstance(s, Mapping) for s in states):
+        raise ValueError(f"logger state['loggers'] must be a list of mappings, got {states!r}")
+    return states
+
+
+def match_states(
+    loggers: Sequence[BaseLogger], states: Sequence[Mapping[str, object]]
+) -> list[Mapping[str, object] | None]:
+    """For each of ``loggers``, its state among ``states`` (``None``: it was not in the
+    checkpointed run, so it starts fresh); states no logger takes are ignored.
+
+    A state is matched by its ``"kind"`` (the logger's class) and ``"destination"``
+    (its file or directory) first, then by kind alone where that is unambiguous (the
+    run directory was moved). States of older checkpoints carry neither: they are taken
+    in order, and a list of another length raises ``ValueError``."""
+    if not any("kind" in state for state in states):
+        if len(states) != len(loggers):
+            raise ValueError(
+                f"the checkpoint holds the states of {len(states)} loggers without their kinds, "
+                f"this trainer has {len(loggers)}: they cannot be matched"
+            )
+        return list(states)
+    matched: list[Mapping[str, object] | None] = [None] * len(loggers)
+    free = list(range(len(states)))
+    for exact in (True, False):
+        for i, logger in enumerate(loggers):
+            same = [j for j in free if states[j].get("kind") == logger.kind]
+            if exact:
+                same = [j for j in same if states[j].get("destination") == logger.destination]
+            elif (
+                len(same) != 1
+                or sum(
+                    lg.kind == logger.kind and m is None
+                    for lg, m in zip(loggers, matched, strict=True)
+                )
+                > 1
+            ):
+                continue  # two of a kind, both moved: which is which is unknown
+            if matched[i] is None and same:
+                matched[i] = states[same[0]]
+                free.remove(same[0])
+    return matched
+
+
+def describe_state(state: Mapping[str, object]) -> str:
+    """``"JSONLLogger('run/log.jsonl')"`` for a logger state (``"a logger"`` if older)."""
+    kind, destination = state.get("kind", "a logger"), state.get("destination")
+    return f"{kind}({destination!r})" if destination is not None else str(kind)
+
+
+def warn_added(loggers: Sequence[BaseLogger], states: Sequence[Mapping[str, object]]) -> None:
+    """Warn that ``loggers`` (not in the checkpoint's logger ``states``) start fresh."""
+    added = [logger._describe() for logger in loggers if not isinstance(logger, LazyLogger)]
+    if not added:
+        return
+    saved = [describe_state(s) for s in states if s.get("kind") != LazyLogger.__name__]
+    where = f"only in {', '.join(saved)}" if saved else "nowhere (the run logged nothing)"
+    one = len(added) == 1
+    warnings.warn(
+        f"{', '.join(added)} {'is' if one else 'are'} not among the checkpoint's loggers: "
+        f"{'it starts' if one else 'they start'} fresh and hold{'s' if one else ''} this "
+        f"run's records from the resumed steps on; the earlier ones are {where}",
+        stacklevel=3,
+    )
+
+
 def tag_scope(tag: str) -> Scope | None:
     """The scope a tag belongs to (``"update/loss"`` -> ``"update"``), ``None`` if none."""
     head = tag.split("/", 1)[0]
@@ -165,7 +236,13 @@ class ExistingRecordsError(ValueError):
     """A new run would write where another run's records already are (a log file with
     records, a TensorBoard logdir with event files, an MLflow or W&B run with points), and
     its logger was not restored from a checkpoint: the two runs' steps would interleave.
-    Raised before the logger writes anything; the message names the place and the fixes."""
+    Raised before the logger writes anything; the message names the place and the fixes,
+    :attr:`found` only what is there."""
+
+    def __init__(self, message: str, *, found: str | None = None) -> None:
+        super().__init__(message)
+        self.found = found if found is not None else message
+        """What is already there, e.g. ``"path 'run/log.jsonl' already holds 3 records"``."""
 
 
 def _check_interval(name: str, value: object) -> int:
@@ -286,18 +363,43 @@ class BaseLogger(Closing, ABC):
         logged here would have its records at steps already written dropped."""
         return any(step is not None for step in self._written.values())
 
+    @property
+    def kind(self) -> str:
+        """The logger's class name: a checkpoint's logger state is matched to it by this."""
+        return type(self).__name__
+
+    @property
+    def destination(self) -> str | None:  # loggers that own a file or directory override it
+        """Where the logger writes (its file or directory), ``None`` if nowhere in particular."""
+        return None
+
     def state_dict(self) -> dict[str, object]:
         """The last logged step of each scope (``None`` if never), e.g. ``{"train": 1000, ...}``,
-        and under ``"written"`` the largest step written per scope (the position)."""
+        under ``"written"`` the largest step written per scope (the position), and the
+        logger's ``"kind"`` and ``"destination"``, by which a resume matches it."""
         state: dict[str, object] = {scope: last for scope, last in self._last_logged.items()}
         state["written"] = dict(self._written)
+        state["kind"], state["destination"] = self.kind, self.destination
         return state
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore what :meth:`state_dict` returned, so a resumed run skips logged steps.
 
-        A state without ``"written"`` (older) takes the last logged steps as the position.
+        ``state`` may be the state of other loggers (a :class:`~epochtrain.logger.MultiLogger`'s,
+        when loggers were dropped on resume): this logger takes the one of its kind and
+        destination (:func:`match_states`); if there is none, it was added on resume and
+        starts fresh, holding the run's records from the resumed steps on (a warning says
+        so). A state without ``"written"`` (older) takes the last logged steps as the position.
         """
+        states = logger_states(state)
+        own = match_states([self], states)[0]
+        if own is None:
+            warn_added([self], states)
+            return
+        self._restore(own)
+
+    def _restore(self, state: Mapping[str, object]) -> None:
+        """Restore this logger's own state (subclasses that own files trim them here)."""
         restored = _scope_steps(state, "logger state")
         written = state.get("written", restored)
         if not isinstance(written, Mapping):
@@ -313,13 +415,14 @@ class BaseLogger(Closing, ABC):
         starts its W&B run to ask it). Every logger calls it before its first record; call
         it before the first epoch to have the error before any work."""
         if not self._restored and not self._begun:
-            found = self._earlier_records()
-            if found is not None:
-                raise ExistingRecordsError(found)
+            earlier = self._earlier_records()
+            if earlier is not None:
+                raise ExistingRecordsError("".join(earlier), found=earlier[0])
 
-    def _earlier_records(self) -> str | None:  # loggers that own a destination override it
-        """What another run already wrote where this logger writes, with the fixes, as the
-        error message; ``None`` if nothing (the default: the logger owns no destination)."""
+    def _earlier_records(self) -> tuple[str, str] | None:  # loggers owning a place override it
+        """What another run already wrote where this logger writes (``"path 'x' already
+        holds 3 records of an earlier run"``) and the rest of the error message (why and
+        the fixes); ``None`` if nothing (the default: the logger owns no destination)."""
         return None
 
     def _begin(self) -> None:
@@ -333,10 +436,41 @@ class BaseLogger(Closing, ABC):
     def _start_new_run(self) -> None:  # e.g. JSONL/CSV with mode="w" empty their file
         """Prepare the destination for a new run's first record (default: nothing)."""
 
-    def check_resume(self, state: Mapping[str, object]) -> None:  # optional: see MLflow
+    def check_resume(self, state: Mapping[str, object]) -> None:
         """Raise :class:`LoggerResumeError` if this logger cannot continue the run ``state``
         (a checkpoint's :meth:`state_dict`) was logged to; changes nothing. Called before a
-        checkpoint is restored. Default: every logger can."""
+        checkpoint is restored. A logger with no state in ``state`` (added on resume) is
+        refused if its destination already holds records (:meth:`check_added`)."""
+        try:
+            states = logger_states(state)
+            own = match_states([self], states)[0]
+        except ValueError:
+            return  # states that cannot be matched: load_state_dict says so
+        if own is None:
+            self.check_added(states)
+        else:
+            self._check_resume(own)
+
+    def check_added(self, states: Sequence[Mapping[str, object]]) -> None:
+        """Refuse (:class:`LoggerResumeError`, before anything changes) to add this logger on
+        a resume whose checkpoint holds the logger ``states`` when its destination already
+        holds records: earlier records of this run (a logger dropped on an earlier resume),
+        or of another run, and the resumed steps would follow them."""
+        try:
+            self.check_new_run()
+        except ExistingRecordsError as exc:
+            saved = ", ".join(describe_state(s) for s in states) or "none"
+            raise LoggerResumeError(
+                f"loggers: {self._describe()} is not among the checkpoint's loggers ({saved}), "
+                f"so it would start fresh, but {exc.found}: move them away, or resume "
+                "without this logger"
+            ) from exc
+
+    def _check_resume(self, state: Mapping[str, object]) -> None:  # optional: see MLflow
+        """:meth:`check_resume` with this logger's own state. Default: every logger can."""
+
+    def _describe(self) -> str:
+        return describe_state({"kind": self.kind, "destination": self.destination})
 
     def flush(self) -> None:  # optional: loggers that buffer override it
         """Write anything buffered to its destination now (the trainer calls it per epoch)."""

@@ -60,8 +60,9 @@ class CSVLogger(LineFileLogger):
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Write one row per tag of ``data`` and flush."""
-        self._writer.writerows((scope, step, tag, repr(float(v))) for tag, v in data.items())
-        self._file.flush()
+        with self._writing():
+            self._writer.writerows((scope, step, tag, repr(float(v))) for tag, v in data.items())
+            self._file.flush()
 
     def _scope_and_step(self, line: str) -> tuple[str, float] | None:
         row = next(csv.reader(io.StringIO(line)), [])

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, ClassVar, Literal
 
@@ -57,6 +58,7 @@ class LineFileLogger(BaseLogger, ABC):
         super().__init__(train_interval, test_interval, update_interval, info_interval)
         self.path = check_log_path("path", path, self.suffix)
         self.mode = check_file_mode(mode)
+        self._write_failed = False  # a write raised: close() does not raise it again
         if self.mode == "a":
             self._check_existing()
         # "w" empties the file only when a new run writes: a resume keeps its records
@@ -73,7 +75,12 @@ class LineFileLogger(BaseLogger, ABC):
     def _scope_and_step(self, line: str) -> tuple[str, float] | None:
         """The scope and step of a record line, or ``None`` if the line is not a record."""
 
-    def _earlier_records(self) -> str | None:
+    @property
+    def destination(self) -> str:
+        """The log file's path."""
+        return os.fspath(self.path)
+
+    def _earlier_records(self) -> tuple[str, str] | None:
         if self.mode == "w":
             return None  # emptied by _start_new_run
         self._file.flush()
@@ -81,11 +88,12 @@ class LineFileLogger(BaseLogger, ABC):
         if count == 0:
             return None
         return (
-            f"path {os.fspath(self.path)!r} already holds {count} {self.record_lines} of an "
-            "earlier run, and this logger was not restored from a checkpoint, so this run's "
+            f"path {os.fspath(self.path)!r} already holds {count} "
+            f"{self.record_lines.removesuffix('s') if count == 1 else self.record_lines}",
+            " of an earlier run, and this logger was not restored from a checkpoint, so this run's "
             "steps would follow that run's in the same file. Log this run to another path, "
             "pass mode='w' to overwrite the file, or resume the earlier run from its "
-            "checkpoint (resume_from=...), which continues the file"
+            "checkpoint (resume_from=...), which continues the file",
         )
 
     def _start_new_run(self) -> None:
@@ -94,10 +102,10 @@ class LineFileLogger(BaseLogger, ABC):
             self._file = open_log_file(self.path, "w")
             self._opened()
 
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
+    def _restore(self, state: Mapping[str, object]) -> None:
         """Restore the last logged steps and drop the file's records after them."""
         self._check_existing()
-        super().load_state_dict(state)
+        super()._restore(state)
         self._file.close()
         rewrite_lines(self.path, self._keep_line, header_lines=self.header_lines)
         self._file = open_log_file(self.path, "a")
@@ -114,9 +122,26 @@ class LineFileLogger(BaseLogger, ABC):
                 return last is not None and step <= last
         return True  # records of an unknown scope are kept
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Name the file in an ``OSError`` of a write (a full disk says only ``[Errno 28]``)."""
+        try:
+            yield
+        except OSError as exc:
+            self._write_failed = True
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, os.fspath(self.path)) from exc
+
     def close(self) -> None:
-        """Close the file (every record is already flushed)."""
-        self._file.close()
+        """Close the file (every record is already flushed; after a write that failed, the
+        rest of its line is dropped: that error was raised already)."""
+        if self._write_failed:
+            with suppress(OSError):
+                self._file.close()
+            return
+        with self._writing():
+            self._file.close()
 
 
 def check_log_path(name: str, path: object, suffix_hint: str) -> Path:

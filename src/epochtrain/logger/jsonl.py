@@ -35,8 +35,9 @@ class JSONLLogger(LineFileLogger):
         record: dict[str, object] = {"scope": scope, "step": step}
         for tag, value in data.items():
             record[tag] = value if math.isfinite(value) else None  # strict JSON has no NaN
-        self._file.write(json.dumps(record, allow_nan=False) + "\n")
-        self._file.flush()
+        with self._writing():
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            self._file.flush()
 
     def log_video(
         self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
@@ -46,8 +47,9 @@ class JSONLLogger(LineFileLogger):
         scope = video_scope(tag)
         self._begin()
         record = {"scope": scope, "step": step, tag: os.fspath(path)}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        with self._writing():
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
         self._mark_written(scope, step)
 
     def _scope_and_step(self, line: str) -> tuple[str, float] | None:

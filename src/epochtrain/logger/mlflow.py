@@ -221,16 +221,17 @@ class MLflowLogger(BaseLogger):
                 f"{self.client.tracking_uri!r} ({exc}): pass the tracking_uri it was logged to"
             ) from exc
 
-    def _earlier_records(self) -> str | None:
+    def _earlier_records(self) -> tuple[str, str] | None:
         if not self._held:
             return None
         tag, step = max(self._held.items(), key=lambda item: item[1])
         return (
             f"run_id {self._run_id!r} already holds the metrics of an earlier run "
-            f"({len(self._held)} metrics, e.g. {tag!r} up to step {step}), and this logger was not "
+            f"({len(self._held)} metrics, e.g. {tag!r} up to step {step})",
+            ", and this logger was not "
             "restored from a checkpoint: this run's points at steps the run holds would be "
             "dropped and the rest mixed into it. Leave run_id=None for a new MLflow run, or "
-            "resume the earlier run from its checkpoint (resume_from=...)"
+            "resume the earlier run from its checkpoint (resume_from=...)",
         )
 
     def _note_kept(self) -> None:
@@ -250,7 +251,7 @@ class MLflowLogger(BaseLogger):
             stacklevel=2,
         )
 
-    def check_resume(self, state: Mapping[str, object]) -> None:
+    def _check_resume(self, state: Mapping[str, object]) -> None:
         """Raise :class:`LoggerResumeError` unless the checkpoint's ``"mlflow_run_id"`` is a
         run of this tracking store (a resume would otherwise start a new MLflow run)."""
         run_id = state.get("mlflow_run_id")
@@ -263,7 +264,7 @@ class MLflowLogger(BaseLogger):
         state["mlflow_run_id"] = self.run_id
         return state
 
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
+    def _restore(self, state: Mapping[str, object]) -> None:
         """Restore the positions and continue the checkpointed MLflow run.
 
         Call it before the first record: a run that has already started cannot switch ids.
@@ -279,7 +280,7 @@ class MLflowLogger(BaseLogger):
                 f"the MLflow run {self._run_id!r} has already started, so it cannot continue "
                 f"the checkpointed run {run_id!r}: restore the checkpoint before logging"
             )
-        super().load_state_dict(state)
+        super()._restore(state)
         if self._run_id is None:
             self._run_id = self._continue(run_id)
         self._note_kept()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 
-from epochtrain.logger.base import BaseLogger, Scope
+from epochtrain.logger.base import BaseLogger, Scope, logger_states, match_states, warn_added
 from epochtrain.stats import CollectStats, InfoStats, TrainingStats
 
 __all__ = ["MultiLogger"]
@@ -23,6 +24,7 @@ class MultiLogger(BaseLogger):
             if not isinstance(logger, BaseLogger):
                 raise TypeError(f"MultiLogger loggers[{i}] must be a BaseLogger, got {logger!r}")
         self.loggers: tuple[BaseLogger, ...] = loggers
+        self._failed = False  # a call raised: close() does not raise an OSError after it
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Write ``data`` to every logger, bypassing their intervals."""
@@ -70,6 +72,7 @@ class MultiLogger(BaseLogger):
             except Exception as exc:
                 first = first or exc
         if first is not None:
+            self._failed = True
             raise first
 
     def check_new_run(self) -> None:
@@ -90,38 +93,60 @@ class MultiLogger(BaseLogger):
         """``{"loggers": [state of each logger, in order]}``."""
         return {"loggers": [logger.state_dict() for logger in self.loggers]}
 
-    def _sub_states(self, state: Mapping[str, object]) -> list[Mapping[str, object]]:
-        states = state.get("loggers")
-        if not isinstance(states, list) or len(states) != len(self.loggers):
-            raise ValueError(
-                f"MultiLogger state['loggers'] must be a list of {len(self.loggers)} states, "
-                f"got {states!r}"
-            )
-        for sub_state in states:
-            if not isinstance(sub_state, Mapping):
-                raise ValueError(f"MultiLogger sub-state must be a mapping, got {sub_state!r}")
-        return states
+    def _matched(self, state: Mapping[str, object]) -> list[Mapping[str, object] | None]:
+        return match_states(self.loggers, logger_states(state))
 
     def check_resume(self, state: Mapping[str, object]) -> None:
-        """Check each logger against its state (another list of loggers: left to
-        :meth:`load_state_dict`)."""
+        """Check each logger against its state (matched by kind and destination, see
+        :func:`~epochtrain.logger.base.match_states`); a logger added on resume is refused
+        if its destination already holds records. States that cannot be matched are left
+        to :meth:`load_state_dict`."""
         try:
-            states = self._sub_states(state)
+            states = logger_states(state)
+            matched = self._matched(state)
         except ValueError:
             return
-        for logger, sub_state in zip(self.loggers, states, strict=True):
-            logger.check_resume(sub_state)
+        pairs = iter(zip(self.loggers, matched, strict=True))
+        self._each(lambda _: _check_one(*next(pairs), states))
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore each logger from what :meth:`state_dict` returned; one that fails does not
-        keep the others from being restored (the first error is raised after them)."""
-        states = iter(self._sub_states(state))  # _each calls the loggers in their order
-        self._each(lambda logger: logger.load_state_dict(next(states)))
+        """Restore each logger from its state in what :meth:`state_dict` returned, matched
+        by kind and destination, not by position: a logger that was dropped on resume is
+        ignored, one that was added starts fresh (a warning says so). One that fails does
+        not keep the others from being restored (the first error is raised after them)."""
+        states = logger_states(state)
+        matched = self._matched(state)
+        warn_added(
+            [lg for lg, own in zip(self.loggers, matched, strict=True) if own is None], states
+        )
+        pairs = iter(zip(self.loggers, matched, strict=True))  # _each calls them in order
+        self._each(lambda _: _restore_one(*next(pairs)))
+        self._restored = True
 
     def flush(self) -> None:
         """Flush every logger."""
         self._each(lambda logger: logger.flush())
 
     def close(self) -> None:
-        """Close every logger."""
+        """Close every logger. Once a call raised (a full disk), an ``OSError`` of closing
+        is not raised: the first error said it, and a second would replace it."""
+        if self._failed:
+            for logger in self.loggers:
+                with suppress(OSError):
+                    logger.close()
+            return
         self._each(lambda logger: logger.close())
+
+
+def _check_one(
+    logger: BaseLogger, own: Mapping[str, object] | None, states: list[Mapping[str, object]]
+) -> None:
+    if own is None:
+        logger.check_added(states)
+    else:
+        logger.check_resume(own)
+
+
+def _restore_one(logger: BaseLogger, own: Mapping[str, object] | None) -> None:
+    if own is not None:
+        logger.load_state_dict(own)

@@ -84,6 +84,7 @@ class TensorboardLogger(BaseLogger):
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._max_queue, self._flush_secs = max_queue, flush_secs
         self._writer: SummaryWriter | None = None
+        self._records: _GuardedRecords | None = None
         self._closed = False
 
     @property
@@ -95,15 +96,32 @@ class TensorboardLogger(BaseLogger):
                 max_queue=self._max_queue,
                 flush_secs=self._flush_secs,
             )
+            self._records = _guard_records(self._writer)
             # a logger dropped unclosed (a trainer never closed) ends its writer's thread
             weakref.finalize(self, self._writer.close)
         return self._writer
+
+    def _raise_failed(self) -> None:
+        """Raise the ``OSError`` of a write the writer's thread could not make (a full
+        disk), naming the event file, instead of the thread printing it."""
+        failed = None if self._records is None else self._records.error
+        if failed is not None:
+            raise OSError(
+                failed.errno,
+                f"{failed.strerror} (TensorBoard logdir {os.fspath(self.logdir)!r})",
+                failed.filename or self._records_path(),
+            ) from failed
+
+    def _records_path(self) -> str | None:
+        own = self._own_event_file()
+        return None if own is None else os.fspath(own)
 
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
         """Add every tag of ``data`` as a scalar at ``global_step=step``."""
         writer = self.writer
         for tag, value in data.items():
             writer.add_scalar(tag, value, global_step=step)
+        self._raise_failed()
 
     def log_video(
         self, path: str | os.PathLike[str], step: int, *, tag: str = "test/video"
@@ -124,9 +142,14 @@ class TensorboardLogger(BaseLogger):
             writer.file_writer.add_summary(summary, global_step=step)
         self._mark_written(scope, step)
 
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
+    @property
+    def destination(self) -> str:
+        """The logdir."""
+        return os.fspath(self.logdir)
+
+    def _restore(self, state: Mapping[str, object]) -> None:
         """Restore the position and drop the event files' points past it."""
-        super().load_state_dict(state)
+        super()._restore(state)
         if self._writer is not None:
             self._writer.flush()
         own = self._own_event_file()
@@ -134,17 +157,17 @@ class TensorboardLogger(BaseLogger):
             if path != own and path.is_file():
                 self._trim(path)
 
-    def _earlier_records(self) -> str | None:
+    def _earlier_records(self) -> tuple[str, str] | None:
         own = self._own_event_file()
         for path in sorted(self.logdir.glob("events.out.tfevents.*")):
             if path != own and path.is_file() and _holds_points(path):
                 return (
-                    f"logdir {os.fspath(self.logdir)!r} already holds the points of an earlier "
-                    f"run ({path.name}), and this logger was not restored from a checkpoint: "
+                    f"logdir {os.fspath(self.logdir)!r} already holds points ({path.name})",
+                    " of an earlier run, and this logger was not restored from a checkpoint: "
                     "TensorBoard would draw both runs as one, their steps interleaved. Log "
                     "this run to another logdir (e.g. a subdirectory per run), move the "
                     "earlier event files away, or resume the earlier run from its checkpoint "
-                    "(resume_from=...), which continues the logdir"
+                    "(resume_from=...), which continues the logdir",
                 )
         return None
 
@@ -187,13 +210,57 @@ class TensorboardLogger(BaseLogger):
         """Write buffered scalars to disk now (no-op once closed or before the first point)."""
         if not self._closed and self._writer is not None:
             self._writer.flush()
+            self._raise_failed()
 
     def close(self) -> None:
         """Flush and close the event file; safe to call more than once."""
         if not self._closed:
-            if self._writer is not None:
-                self._writer.close()
             self._closed = True
+            if self._writer is not None:
+                reported = self._records is not None and self._records.error is not None
+                self._writer.close()
+                if not reported:  # a failure write() or flush() raised is not raised again
+                    self._raise_failed()
+
+
+class _GuardedRecords:
+    """Stands between TensorBoard's writer thread and its ``RecordWriter``: a write the
+    machine refuses (a full disk) is kept for the logger to raise once, naming the logdir,
+    instead of ending the thread with a traceback of its own ("Exception in thread") and
+    failing again in the finaliser at exit. Later writes are dropped."""
+
+    def __init__(self, records: Any) -> None:
+        self._records = records
+        self.error: OSError | None = None
+
+    def _call(self, method: str, *args: object) -> None:
+        if self.error is None:
+            try:
+                getattr(self._records, method)(*args)
+            except OSError as exc:
+                self.error = exc
+
+    def write(self, data: bytes) -> None:
+        self._call("write", data)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def close(self) -> None:
+        self._call("close")
+
+
+def _guard_records(writer: SummaryWriter) -> _GuardedRecords | None:
+    """Put a :class:`_GuardedRecords` between ``writer``'s thread and its ``RecordWriter``
+    (TensorBoard's private attributes: ``None`` where they are not as expected)."""
+    file_writer = writer.file_writer
+    async_writer = getattr(getattr(file_writer, "event_writer", None), "_async_writer", None)
+    worker = getattr(async_writer, "_worker", None)
+    if async_writer is None or worker is None or not hasattr(worker, "_record_writer"):
+        return None
+    guarded = _GuardedRecords(async_writer._writer)
+    async_writer._writer = worker._record_writer = guarded
+    return guarded
 
 
 def _holds_points(path: Path) -> bool:

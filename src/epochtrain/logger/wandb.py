@@ -248,7 +248,7 @@ class WandbLogger(BaseLogger):
             self._held[tag] = float(step)
         self._mark_written(scope, step)
 
-    def _earlier_records(self) -> str | None:
+    def _earlier_records(self) -> tuple[str, str] | None:
         if self._resume != "allow":
             return None  # a fresh id holds nothing; a restored logger is not asked
         _ = self.run  # starts the run, which reads what it holds
@@ -258,10 +258,11 @@ class WandbLogger(BaseLogger):
         last = max(held.items(), key=lambda item: item[1])
         return (
             f"run_id {self.run_id!r} already holds the points of an earlier run (e.g. "
-            f"{last[0]!r} up to step {last[1]:.15g}), and this logger was not restored from a "
+            f"{last[0]!r} up to step {last[1]:.15g})",
+            ", and this logger was not restored from a "
             "checkpoint: this run's steps would be logged again beside them. Leave "
             "run_id=None for a new W&B run, or resume the earlier run from its checkpoint "
-            "(resume_from=...)"
+            "(resume_from=...)",
         )
 
     def state_dict(self) -> dict[str, object]:
@@ -270,7 +271,7 @@ class WandbLogger(BaseLogger):
         state["wandb_run_id"] = self.run_id
         return state
 
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
+    def _restore(self, state: Mapping[str, object]) -> None:
         """Restore the positions and continue the checkpointed W&B run (``resume="must"``).
 
         Call it before the first record: a run that has already started cannot switch ids.
@@ -286,7 +287,7 @@ class WandbLogger(BaseLogger):
                 f"the W&B run {self.run_id!r} has already started, so it cannot continue the "
                 f"checkpointed run {run_id!r}: restore the checkpoint before logging anything"
             )
-        super().load_state_dict(state)
+        super()._restore(state)
         if self._run is None:
             self.run_id, self._resume = run_id, "must"  # the run starts (and notes) later
         else:

@@ -20,6 +20,7 @@ from epochtrain.trainer.safety import (
     last_checkpoint_text,
     note_last_checkpoint,
     on_nonfinite,
+    run_position,
     with_run_context,
 )
 from epochtrain.trainer.state import rng_scope
@@ -79,6 +80,7 @@ def next_epoch(trainer: BaseTrainer[TTrainingStats]) -> EpochStats[TTrainingStat
         trainer._broken = (
             f"epoch {trainer.state.epoch} stopped part-way ({type(exc).__name__}: {exc})"
         )
+        note_last_checkpoint(trainer, exc)  # e.g. a log write on a full disk: where to resume
         raise
     finally:
         trainer._in_next = False
@@ -173,7 +175,7 @@ def test_step(trainer: BaseTrainer[Any]) -> CollectStats | None:
         trainer.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
         stat = trainer.test_collector.collect(n_episode=trainer.params.episode_per_test)
     except NonFiniteError as exc:
-        on_nonfinite(trainer, exc, f"the test after env step {trainer.state.env_step}")
+        on_nonfinite(trainer, exc, f"the test after {run_position(trainer)}")
         return None
     except EnvError as exc:  # named as a training env's error is
         raise with_run_context(trainer, exc, trainer.state.env_step) from exc.__cause__

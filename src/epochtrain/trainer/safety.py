@@ -46,6 +46,7 @@ __all__ = [
     "last_checkpoint_text",
     "note_last_checkpoint",
     "on_nonfinite",
+    "run_position",
     "with_run_context",
 ]
 
@@ -128,13 +129,22 @@ def close_envs(trainer: BaseTrainer[Any]) -> None:
         raise first
 
 
+def run_position(trainer: BaseTrainer[Any]) -> str:
+    """Where the run is, in its trainer's unit: an offline run counts gradient steps (it
+    takes no env step), an online one env steps."""
+    if trainer.kind == "offline":
+        return f"gradient step {trainer.state.gradient_step}"
+    return f"env step {trainer.state.env_step}"
+
+
 def with_run_context(trainer: BaseTrainer[Any], exc: EnvError, env_step: int) -> EnvError:
     """Close all of ``trainer``'s envs and its collect thread (:func:`close_envs`: no
     worker process or thread outlives the error), then return ``exc`` again with the
     run's env step and epoch in its message."""
     close_envs(trainer)
+    where = run_position(trainer) if trainer.kind == "offline" else f"env step {env_step}"
     error = EnvError(
-        f"{exc} at env step {env_step} (epoch {trainer.state.epoch}); the envs were closed; "
+        f"{exc} at {where} (epoch {trainer.state.epoch}); the envs were closed; "
         f"{last_checkpoint_text(trainer)}",
         sub_env=exc.sub_env,
         env_id=exc.env_id,
