@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,13 @@ from epochtrain import make_trainer
 from epochtrain.checkpoint import (
     MANIFEST,
     CheckpointError,
+    find_checkpoints,
     read_manifest,
+    resolve_checkpoint,
 )
 from epochtrain.checkpoint_save import _sha256
 from epochtrain.cli import main
+from tests.faults.envs import dqn_trainer
 from tests.trainer.tiny import build
 
 CARTPOLE = dict(
@@ -194,3 +198,16 @@ def test_eval_of_another_algorithms_weights_names_policy_pt(
     assert main(["eval", str(ckpt), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert f"{str(ckpt / 'policy.pt')!r} does not fit this PPO" in err, err
+
+
+def test_checkpoints_past_epoch_999999_are_ordered_by_epoch_not_by_name(tmp_path: Path) -> None:
+    # the names have 6 digits: by name, epoch_1000000 sorted before epoch_999999, so a
+    # resume took the older one and rotation removed the newest
+    trainer = dqn_trainer(max_epoch=1, checkpoint_dir=str(tmp_path / "first"))
+    trainer.run()
+    (written,) = find_checkpoints(tmp_path / "first")
+    root = tmp_path / "ckpts"
+    for name in ("epoch_999999", "epoch_1000000"):
+        shutil.copytree(written, root / name)
+    assert [p.name for p in find_checkpoints(root)] == ["epoch_999999", "epoch_1000000"]
+    assert resolve_checkpoint(root).name == "epoch_1000000"

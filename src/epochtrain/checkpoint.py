@@ -40,6 +40,7 @@ from epochtrain.checkpoint_save import (
     _sha256,
     _versions,
     check_finite_weights,
+    epoch_order,
     find_checkpoints,
     hold_checkpoint_dir,
     jsonable,
@@ -282,7 +283,7 @@ def _latest_checkpoint(root: Path) -> Path | None:
         return None
     published = sorted(
         (p for p in root.iterdir() if p.name.startswith(_PERIODIC_PREFIX) and p.is_dir()),
-        key=lambda p: p.name,
+        key=epoch_order,
     )
     if not published:
         return None

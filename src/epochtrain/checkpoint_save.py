@@ -47,6 +47,7 @@ __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
     "MANIFEST",
     "check_finite_weights",
+    "epoch_order",
     "find_checkpoints",
     "hold_checkpoint_dir",
     "jsonable",
@@ -377,7 +378,14 @@ def find_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.name.startswith(_PERIODIC_PREFIX) and is_complete(p)]
-    return sorted(found, key=lambda p: p.name)
+    return sorted(found, key=epoch_order)
+
+
+def epoch_order(path: Path) -> tuple[int, str]:
+    """Sort key of periodic checkpoints, oldest first: by epoch number, not by name
+    (``epoch_1000000`` comes after ``epoch_999999``, past the 6 digits of the name)."""
+    number = path.name[len(_PERIODIC_PREFIX) :]
+    return (int(number) if number.isdigit() else -1, path.name)
 
 
 def _test_return(ckpt: Path) -> float | None:
