@@ -49,6 +49,7 @@ from epochtrain.checkpoint_save import (
 )
 from epochtrain.data.io import safe_torch_load
 from epochtrain.errors import CheckpointError
+from epochtrain.logger import LoggerResumeError
 
 if TYPE_CHECKING:
     from epochtrain.algorithms.base import Policy
@@ -345,6 +346,10 @@ def load_checkpoint(trainer: BaseTrainer[Any], path: str | os.PathLike[str]) -> 
         trainer.load_state_dict(state)
     except CheckpointError:
         raise
+    except LoggerResumeError as exc:  # the trainer fits; a logger's destination does not
+        raise CheckpointError(
+            f"checkpoint {os.fspath(ckpt)!r}: {exc}; nothing was restored"
+        ) from exc
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(
             f"checkpoint {os.fspath(ckpt)!r} does not fit this trainer: {exc}; nothing was "
