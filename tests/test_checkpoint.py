@@ -184,7 +184,7 @@ def test_after_a_failed_save_the_next_save_cleans_what_it_left(
     save look again, so its partial copy does not stay behind."""
     import os
 
-    import epochtrain.checkpoint_save as save
+    import epochtrain.checkpoint_periodic as save
 
     real = save.save_checkpoint
     leftover = tmp_path / f".tmp-epoch_000002-{os.getpid()}"

@@ -12,8 +12,9 @@ A checkpoint is one directory (format and guarantee: ``docs/checkpointing.md``):
 It is written under a temporary name in the same parent directory, every file is
 fsynced, ``manifest.json`` is written last, and the directory is renamed into place; an
 existing checkpoint is moved aside first and deleted only once the new one is in place
-(:mod:`epochtrain.checkpoint_save` writes it; :mod:`epochtrain.checkpoint_files` names
-and recovers the leftovers of a killed save). Loading (this module) checks the manifest's
+(:mod:`epochtrain.checkpoint_save` writes it, :mod:`epochtrain.checkpoint_periodic` saves
+and rotates ``epoch_*``; :mod:`epochtrain.checkpoint_files` names and recovers the
+leftovers of a killed save). Loading (this module) checks the manifest's
 schema and every file's size and sha256, reads every file with ``weights_only=True``, and
 checks every state against the trainer before changing anything, so a partial, corrupt
 or unsafe checkpoint raises :class:`CheckpointError` naming the file and the problem, and
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epochtrain.checkpoint_files import is_complete, recover
+from epochtrain.checkpoint_periodic import hold_checkpoint_dir, save_periodic
 from epochtrain.checkpoint_save import (
     _FORMAT,
     _PAYLOAD,
@@ -42,10 +44,8 @@ from epochtrain.checkpoint_save import (
     check_finite_weights,
     epoch_order,
     find_checkpoints,
-    hold_checkpoint_dir,
     jsonable,
     save_checkpoint,
-    save_periodic,
 )
 from epochtrain.data.io import safe_torch_load
 from epochtrain.errors import CheckpointError

@@ -56,7 +56,7 @@ from epochtrain.experiment.runs import (  # noqa: E402
     spec_of,
     write_json,
 )
-from epochtrain.logger.base import (  # noqa: E402
+from epochtrain.logger.tags import (  # noqa: E402
     collect_stats_to_tags,
     info_stats_to_tags,
     training_stats_to_tags,

@@ -239,7 +239,7 @@ def open_trainer(run_dir: Path) -> Any:
     holds the lock until :func:`close_envs`. Its logs and checkpoints go to ``run_dir`` as
     it is now: a sweep copied elsewhere (whose ``spec.toml`` may still name the old place)
     resumes in its copy and never writes to the original."""
-    from epochtrain.checkpoint_save import adopt_checkpoint_lock
+    from epochtrain.checkpoint_periodic import adopt_checkpoint_lock
     from epochtrain.factory import make_trainer
 
     here = run_dir.resolve()

@@ -5,12 +5,14 @@ See ``docs/logging.md`` for the interval units and the table of every tag, and
 ``wandb`` or ``mlflow``: their loggers import them when built.
 """
 
-from epochtrain.logger.base import (
+from epochtrain.logger.base import BaseLogger, ExistingRecordsError, LazyLogger, LoggerResumeError
+from epochtrain.logger.csv import CSV_HEADER, CSVLogger
+from epochtrain.logger.file import LineFileLogger
+from epochtrain.logger.jsonl import JSONLLogger
+from epochtrain.logger.mlflow import MLflowLogger
+from epochtrain.logger.multi import MultiLogger
+from epochtrain.logger.tags import (
     SCOPES,
-    BaseLogger,
-    ExistingRecordsError,
-    LazyLogger,
-    LoggerResumeError,
     Scope,
     collect_stats_to_tags,
     flatten_dataclass,
@@ -18,11 +20,6 @@ from epochtrain.logger.base import (
     training_stats_to_tags,
     video_scope,
 )
-from epochtrain.logger.csv import CSV_HEADER, CSVLogger
-from epochtrain.logger.file import LineFileLogger
-from epochtrain.logger.jsonl import JSONLLogger
-from epochtrain.logger.mlflow import MLflowLogger
-from epochtrain.logger.multi import MultiLogger
 from epochtrain.logger.tensorboard import TensorboardLogger
 from epochtrain.logger.wandb import WandbLogger
 

@@ -1,172 +1,39 @@
-"""Logger interface: interval bookkeeping, stats-to-tag flattening, no-op and fan-out loggers.
+"""Logger interface: when to record, the logger's position, new-run and resume checks.
 
 The trainer hands typed stats (:mod:`epochtrain.stats`) to a :class:`BaseLogger`; the
-logger decides from its intervals whether to record them, flattens the dataclasses into
-``{tag: float}`` dicts with stable tags (``train/returns_stat/mean``, ``update/loss/actor``,
-``info/env_step``, ...) and passes them to its one abstract method, :meth:`BaseLogger.write`.
-Every tag is documented in ``docs/logging.md``. :class:`~epochtrain.logger.MultiLogger`
-(the fan-out) is in :mod:`epochtrain.logger.multi`.
+logger decides from its intervals whether to record them, turns them into ``{tag: float}``
+dicts (:mod:`epochtrain.logger.tags`) and passes them to its one abstract method,
+:meth:`BaseLogger.write`. On a resume it takes its state from the checkpoint's
+(:mod:`epochtrain.logger.resume`). :class:`LazyLogger` records nothing;
+:class:`~epochtrain.logger.MultiLogger` (the fan-out) is in :mod:`epochtrain.logger.multi`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Literal
-
-import numpy as np
 
 from epochtrain.closing import Closing
-from epochtrain.stats import CollectStats, InfoStats, SequenceSummaryStats, TrainingStats
+from epochtrain.logger.resume import _scope_steps, describe_state, logger_states, match_states
+from epochtrain.logger.tags import (
+    SCOPES,
+    Scope,
+    collect_stats_to_tags,
+    info_stats_to_tags,
+    training_stats_to_tags,
+    video_scope,
+)
+from epochtrain.stats import CollectStats, InfoStats, TrainingStats
 
 __all__ = [
-    "SCOPES",
     "BaseLogger",
     "ExistingRecordsError",
     "LazyLogger",
     "LoggerResumeError",
-    "Scope",
-    "collect_stats_to_tags",
-    "flatten_dataclass",
-    "info_stats_to_tags",
-    "training_stats_to_tags",
-    "video_scope",
+    "warn_added",
 ]
-
-Scope = Literal["train", "test", "update", "info"]
-"""The four tag namespaces; each record belongs to exactly one."""
-
-SCOPES: tuple[Scope, ...] = ("train", "test", "update", "info")
-"""All scopes, in the order they appear in :meth:`BaseLogger.state_dict`."""
-
-
-def flatten_dataclass(obj: object, prefix: str) -> dict[str, float]:
-    """Flatten a dataclass instance into ``{"<prefix>/<field>[/<subfield>...]": float}``.
-
-    Generic over the instance's fields: numbers become floats, nested dataclasses and
-    ``dict``s of numbers are flattened with ``/``; ``None``, arrays, booleans and any other
-    value are skipped (the raw ``returns``/``lens`` arrays of :class:`CollectStats` carry
-    no single number to plot).
-    """
-    out: dict[str, float] = {}
-    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
-        raise TypeError(f"flatten_dataclass needs a dataclass instance, got {type(obj)!r}")
-    for f in dataclasses.fields(obj):
-        _flatten_value(getattr(obj, f.name), f"{prefix}/{f.name}", out)
-    return out
-
-
-def _flatten_value(value: object, tag: str, out: dict[str, float]) -> None:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        out[tag] = float(value)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out.update(flatten_dataclass(value, tag))
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _flatten_value(item, f"{tag}/{key}", out)
-
-
-def collect_stats_to_tags(stats: CollectStats, scope: Literal["train", "test"]) -> dict[str, float]:
-    """Tags of one collection: ``<scope>/returns_stat/mean``, ``<scope>/n_collected_steps``, ...
-
-    Summary stats that are ``None`` (no episode finished) are left out.
-    """
-    return flatten_dataclass(stats, scope)
-
-
-def training_stats_to_tags(stats: TrainingStats) -> dict[str, float]:
-    """Tags of one update step.
-
-    Every :class:`SequenceSummaryStats` field becomes its mean over the update's gradient
-    steps, named by ``stats.loss_stats()`` (``update/loss/<part>``, ``update/approx_kl``);
-    ``smoothed_loss`` becomes ``update/smoothed/<key>``; every other numeric field
-    ``update/<field>`` (``update/train_time``, ``update/n_gradient_steps``, ...).
-    """
-    out = {f"update/{key}": float(value) for key, value in stats.loss_stats().items()}
-    for key, value in stats.smoothed_loss.items():
-        _flatten_value(value, f"update/smoothed/{key}", out)
-    for f in dataclasses.fields(stats):
-        value = getattr(stats, f.name)
-        if f.name == "smoothed_loss" or isinstance(value, SequenceSummaryStats):
-            continue
-        _flatten_value(value, f"update/{f.name}", out)
-    return out
-
-
-def info_stats_to_tags(stats: InfoStats) -> dict[str, float]:
-    """Tags of the run totals: ``info/<field>`` for every numeric :class:`InfoStats` field."""
-    return flatten_dataclass(stats, "info")
-
-
-def _scope_steps(state: Mapping[str, object], what: str) -> dict[Scope, int | None]:
-    restored: dict[Scope, int | None] = {}
-    for scope in SCOPES:
-        if scope not in state:
-            raise ValueError(f"{what} is missing the key {scope!r}; got {state!r}")
-        value = state[scope]
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ValueError(f"{what}[{scope!r}] must be an int or None, got {value!r}")
-        restored[scope] = value
-    return restored
-
-
-def logger_states(state: Mapping[str, object]) -> list[Mapping[str, object]]:
-    """The per-logger states in a checkpoint's logger ``state``: a
-    :class:`~epochtrain.logger.MultiLogger`'s ``"loggers"`` list, or ``[state]``."""
-    states = state.get("loggers", [state])
-    if not isinstance(states, list) or not all(isinstance(s, Mapping) for s in states):
-        raise ValueError(f"logger state['loggers'] must be a list of mappings, got {states!r}")
-    return states
-
-
-def match_states(
-    loggers: Sequence[BaseLogger], states: Sequence[Mapping[str, object]]
-) -> list[Mapping[str, object] | None]:
-    """For each of ``loggers``, its state among ``states`` (``None``: it was not in the
-    checkpointed run, so it starts fresh); states no logger takes are ignored.
-
-    A state is matched by its ``"kind"`` (the logger's class) and ``"destination"``
-    (its file or directory) first, then by kind alone where that is unambiguous (the
-    run directory was moved). States of older checkpoints carry neither: they are taken
-    in order, and a list of another length raises ``ValueError``."""
-    if not any("kind" in state for state in states):
-        if len(states) != len(loggers):
-            raise ValueError(
-                f"the checkpoint holds the states of {len(states)} loggers without their kinds, "
-                f"this trainer has {len(loggers)}: they cannot be matched"
-            )
-        return list(states)
-    matched: list[Mapping[str, object] | None] = [None] * len(loggers)
-    free = list(range(len(states)))
-    for exact in (True, False):
-        for i, logger in enumerate(loggers):
-            same = [j for j in free if states[j].get("kind") == logger.kind]
-            if exact:
-                same = [j for j in same if states[j].get("destination") == logger.destination]
-            elif (
-                len(same) != 1
-                or sum(
-                    lg.kind == logger.kind and m is None
-                    for lg, m in zip(loggers, matched, strict=True)
-                )
-                > 1
-            ):
-                continue  # two of a kind, both moved: which is which is unknown
-            if matched[i] is None and same:
-                matched[i] = states[same[0]]
-                free.remove(same[0])
-    return matched
-
-
-def describe_state(state: Mapping[str, object]) -> str:
-    """``"JSONLLogger('run/log.jsonl')"`` for a logger state (``"a logger"`` if older)."""
-    kind, destination = state.get("kind", "a logger"), state.get("destination")
-    return f"{kind}({destination!r})" if destination is not None else str(kind)
 
 
 def warn_added(loggers: Sequence[BaseLogger], states: Sequence[Mapping[str, object]]) -> None:
@@ -183,47 +50,6 @@ def warn_added(loggers: Sequence[BaseLogger], states: Sequence[Mapping[str, obje
         f"run's records from the resumed steps on; the earlier ones are {where}",
         stacklevel=3,
     )
-
-
-def tag_scope(tag: str) -> Scope | None:
-    """The scope a tag belongs to (``"update/loss"`` -> ``"update"``), ``None`` if none."""
-    head = tag.split("/", 1)[0]
-    for scope in SCOPES:
-        if scope == head:
-            return scope
-    return None
-
-
-def kept_past_position(
-    position: Mapping[Scope, int | None], held: Mapping[str, float]
-) -> str | None:
-    """The steps a tracking run already ``held`` (per tag) past a restored ``position``
-    (per scope), as ``"info (4, 5], train (4000, 5000]"``; ``None`` if there are none.
-
-    W&B and MLflow cannot delete points, so on a resume these keep the values the
-    interrupted process logged after its checkpoint; this says which they are."""
-    last: dict[Scope, float] = {}
-    for tag, step in held.items():
-        scope = tag_scope(tag)
-        if scope is not None:
-            last[scope] = max(step, last.get(scope, step))
-    spans = []
-    for scope in SCOPES:
-        start, end = position.get(scope), last.get(scope)
-        if end is not None and start is None:
-            spans.append(f"{scope} up to {end:.15g}")
-        elif end is not None and start is not None and end > start:
-            spans.append(f"{scope} ({start}, {end:.15g}]")
-    return ", ".join(spans) or None
-
-
-def video_scope(tag: str) -> Scope:
-    """The scope of a video ``tag`` (``"test/video"`` -> ``"test"``); unknown scopes raise."""
-    head = tag.split("/", 1)[0] if isinstance(tag, str) else None
-    for scope in SCOPES:
-        if scope == head and "/" in tag:
-            return scope
-    raise ValueError(f"tag must be '<scope>/<name>' with a scope in {SCOPES}, got {tag!r}")
 
 
 class LoggerResumeError(ValueError):

@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import ClassVar
 
-from epochtrain.logger.base import Scope
 from epochtrain.logger.file import LineFileLogger
+from epochtrain.logger.tags import Scope
 
 __all__ = ["CSV_HEADER", "CSVLogger"]
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import IO, ClassVar, Literal
 
 from epochtrain.data.writes import replace_file
-from epochtrain.logger.base import SCOPES, BaseLogger
+from epochtrain.logger.base import BaseLogger
+from epochtrain.logger.tags import SCOPES
 
 __all__ = ["LineFileLogger"]
 

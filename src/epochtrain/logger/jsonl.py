@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import ClassVar
 
-from epochtrain.logger.base import Scope, video_scope
 from epochtrain.logger.file import LineFileLogger
+from epochtrain.logger.tags import Scope, video_scope
 
 __all__ = ["JSONLLogger"]
 

@@ -35,15 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from epochtrain.extras import require
-from epochtrain.logger.base import (
-    SCOPES,
-    BaseLogger,
-    LoggerResumeError,
-    Scope,
-    kept_past_position,
-    tag_scope,
-    video_scope,
-)
+from epochtrain.logger.base import BaseLogger, LoggerResumeError
+from epochtrain.logger.resume import kept_past_position
+from epochtrain.logger.tags import SCOPES, Scope, tag_scope, video_scope
 
 __all__ = ["KEPT_TAG", "MLflowLogger", "flatten_params"]
 

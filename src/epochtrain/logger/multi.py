@@ -6,7 +6,9 @@ import os
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 
-from epochtrain.logger.base import BaseLogger, Scope, logger_states, match_states, warn_added
+from epochtrain.logger.base import BaseLogger, warn_added
+from epochtrain.logger.resume import logger_states, match_states
+from epochtrain.logger.tags import Scope
 from epochtrain.stats import CollectStats, InfoStats, TrainingStats
 
 __all__ = ["MultiLogger"]
@@ -98,7 +100,7 @@ class MultiLogger(BaseLogger):
 
     def check_resume(self, state: Mapping[str, object]) -> None:
         """Check each logger against its state (matched by kind and destination, see
-        :func:`~epochtrain.logger.base.match_states`); a logger added on resume is refused
+        :func:`~epochtrain.logger.resume.match_states`); a logger added on resume is refused
         if its destination already holds records. States that cannot be matched are left
         to :meth:`load_state_dict`."""
         try:

@@ -36,7 +36,8 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
 from epochtrain.data.writes import replace_file
-from epochtrain.logger.base import SCOPES, BaseLogger, Scope, video_scope
+from epochtrain.logger.base import BaseLogger
+from epochtrain.logger.tags import SCOPES, Scope, video_scope
 
 __all__ = ["TensorboardLogger"]
 

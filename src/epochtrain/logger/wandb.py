@@ -45,14 +45,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from epochtrain.extras import require
-from epochtrain.logger.base import (
-    SCOPES,
-    BaseLogger,
-    Scope,
-    kept_past_position,
-    tag_scope,
-    video_scope,
-)
+from epochtrain.logger.base import BaseLogger
+from epochtrain.logger.resume import kept_past_position
+from epochtrain.logger.tags import SCOPES, Scope, tag_scope, video_scope
 from epochtrain.logger.wandb_files import local_run_dirs, read_local_run
 
 __all__ = ["KEPT_KEY", "STEP_METRICS", "WandbLogger"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from epochtrain.checkpoint import hold_checkpoint_dir, save_periodic
-from epochtrain.checkpoint_save import refuse_another_runs_checkpoints
+from epochtrain.checkpoint_periodic import refuse_another_runs_checkpoints
 from epochtrain.envs import seed_spaces
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats, EpochStats, TTrainingStats, aggregate_training_stats

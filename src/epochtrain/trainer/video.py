@@ -31,7 +31,7 @@ from epochtrain.data.actions import env_action_map
 from epochtrain.data.collector import Actor, ObsTransform
 from epochtrain.data.writes import check_writable_dir, removing_new_folders, replacing
 from epochtrain.extras import require
-from epochtrain.logger.base import video_scope
+from epochtrain.logger.tags import video_scope
 from epochtrain.trainer.hooks import TrainerHook
 
 if TYPE_CHECKING:
