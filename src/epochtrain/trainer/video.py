@@ -29,9 +29,12 @@ import torch
 
 from epochtrain.data.actions import env_action_map
 from epochtrain.data.collector import Actor, ObsTransform
+from epochtrain.data.spaces import check_policy_spaces
 from epochtrain.data.writes import check_writable_dir, removing_new_folders, replacing
+from epochtrain.envs import env_spec
 from epochtrain.extras import require
 from epochtrain.logger.tags import video_scope
+from epochtrain.suggestions import close_matches
 from epochtrain.trainer.hooks import TrainerHook
 
 if TYPE_CHECKING:
@@ -72,6 +75,53 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
+def _check_env_id(env_id: object, what: str = "env_id") -> str:
+    """``env_id`` if it is a registered gymnasium id (``"module:EnvId"`` imports ``module``
+    first); else a ``ValueError`` naming ``what``, with the closest registered ids. Only
+    the registry is read: no env is made."""
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(
+            f"{what} must be a gymnasium env id (str) such as 'CartPole-v1', got {env_id!r}"
+        )
+    try:
+        env_spec(env_id)
+    except gym.error.Error as exc:
+        hint = close_matches(env_id.rpartition(":")[2], gym.registry) or f" ({exc})"
+        raise ValueError(
+            f"{what} {env_id!r} is not a registered gymnasium env{hint}: pass the id of "
+            "the env the policy acts on, or 'your_package.module:YourEnv-v0' to import "
+            "the module that registers it"
+        ) from exc
+    return env_id
+
+
+def _check_env_fits(
+    policy: Actor,
+    env_id: str,
+    what: str = "env_id",
+    fix: str = "pass the id of the env the policy was trained on",
+) -> None:
+    """``ValueError`` naming ``what`` unless ``env_id`` is registered and its observation
+    and action spaces are those ``policy`` was built for
+    (:func:`~epochtrain.data.spaces.check_policy_spaces`, as a collector checks its envs).
+    The env is made without ``render_mode`` (no renderer, no window) and closed; ``fix``
+    ends the message."""
+    _check_env_id(env_id, what)
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as exc:
+        raise ValueError(f"{what} {env_id!r} cannot be made ({exc})") from exc
+    # one env as a vector of one: check_policy_spaces reads the single spaces of a VectorEnv
+    envs = gym.vector.SyncVectorEnv([lambda: env])
+    try:
+        check_policy_spaces(policy, envs)
+    except ValueError as exc:
+        why = str(exc).partition(": build the policy")[0]
+        raise ValueError(f"{what} {env_id!r} does not fit the policy: {why}: {fix}") from exc
+    finally:
+        envs.close()
+
+
 def record_video(
     policy: Actor,
     env_id: str,
@@ -87,7 +137,9 @@ def record_video(
     one after the other, to the mp4 file ``path``; returns the path.
 
     :param policy: any :class:`~epochtrain.Policy` (``act`` with ``deterministic=True``).
-    :param env_id: a gymnasium id whose env renders ``rgb_array`` frames.
+    :param env_id: a registered gymnasium id whose env renders ``rgb_array`` frames, with
+        the observation and action spaces ``policy`` was built for (checked first, before
+        anything is written: ``ValueError`` naming ``env_id`` and both spaces).
     :param path: the mp4 file to write (parent directories are created; if the video
         cannot be written, or Ctrl-C or SIGTERM stops it, those that are still empty are
         removed, and an existing file at ``path`` is untouched).
@@ -101,7 +153,7 @@ def record_video(
     :param max_steps: stop an episode after this many env steps (``None``: the env's own
         time limit).
     """
-    imageio = require("imageio.v2", extra="video")
+    require("imageio.v2", extra="video")
     require("imageio_ffmpeg", extra="video")
     _positive_int("episodes", episodes)
     if max_steps is not None:
@@ -109,6 +161,22 @@ def record_video(
     if fps is not None:
         _positive_int("fps", fps)
     out = check_video_path(path)
+    _check_env_fits(policy, env_id)
+    return _record_checked(policy, env_id, out, episodes, seed, obs_transform, fps, max_steps)
+
+
+def _record_checked(
+    policy: Actor,
+    env_id: str,
+    out: Path,
+    episodes: int,
+    seed: int,
+    obs_transform: ObsTransform | None,
+    fps: int | None,
+    max_steps: int | None,
+) -> Path:
+    """:func:`record_video` once its arguments are checked."""
+    imageio = require("imageio.v2", extra="video")
     with removing_new_folders(out.parent):  # a video not written leaves no new folder
         out.parent.mkdir(parents=True, exist_ok=True)
         _write_video(imageio, policy, env_id, out, episodes, seed, obs_transform, fps, max_steps)
@@ -236,7 +304,10 @@ class VideoRecorder(TrainerHook):
 
     :param directory: where the mp4 files go; created if missing.
     :param every: epochs between two videos.
-    :param env_id: the env to record; ``None``: the test envs' id.
+    :param env_id: the env to record; ``None``: the test envs' id. It must be registered
+        (checked when the hook is built) and have the observation and action spaces of the
+        trainer's policy (checked when the hook is registered, i.e. when the trainer is
+        built): a ``ValueError`` then, not after an epoch's training.
     :param seed: episode seed of the video at epoch ``e`` is ``seed + e`` (the trainer's
         random streams are not touched).
     :param fps: frames per second (``None``: the env's ``render_fps``).
@@ -256,12 +327,21 @@ class VideoRecorder(TrainerHook):
         tag: str = "test/video",
     ) -> None:
         require("imageio.v2", extra="video")
+        require("imageio_ffmpeg", extra="video")
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path, got {directory!r}")
         check_writable_dir(directory, "VideoRecorder directory")  # before any epoch is lost
         self.directory = Path(directory)
         self.every = _positive_int("every", every)
         video_scope(tag)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        if fps is not None:
+            _positive_int("fps", fps)
+        if max_steps is not None:
+            _positive_int("max_steps", max_steps)
+        if env_id is not None:
+            _check_env_id(env_id)  # the spaces are checked against the policy in register
         self.env_id, self.seed, self.fps, self.max_steps, self.tag = (
             env_id,
             seed,
@@ -274,17 +354,33 @@ class VideoRecorder(TrainerHook):
         self._trainer: BaseTrainer[Any] | None = None
 
     def register(self, trainer: BaseTrainer[Any]) -> None:
-        """Record at ``test_end``; the trainer needs a test collector."""
+        """Record at ``test_end``; the trainer needs a test collector, and the env to
+        record the spaces of the trainer's policy (checked here, before any work)."""
         test = trainer.test_collector
         if test is None:
             raise ValueError("VideoRecorder needs a trainer with a test_collector")
-        if self.env_id is None:
+        if self.env_id is not None:
+            _check_env_fits(
+                trainer.policy,
+                self.env_id,
+                "VideoRecorder env_id",
+                "pass the id of the env the policy acts on, or leave env_id=None to record "
+                "the test envs' env",
+            )
+        else:
             spec = test.env.spec
             if spec is None:
                 raise ValueError(
                     "VideoRecorder: the test envs have no gymnasium spec to take an id from; "
                     "pass env_id='...'"
                 )
+            _check_env_fits(
+                trainer.policy,
+                spec.id,
+                "VideoRecorder: the test envs' id",
+                "their wrappers change the spaces, so pass env_id='...' of a registered env "
+                "with the policy's spaces",
+            )
             self.env_id = spec.id
         self._trainer = trainer
         trainer.register_op("test_end", self._on_test)
@@ -295,14 +391,15 @@ class VideoRecorder(TrainerHook):
         if info.epoch % self.every:
             return
         test = self._trainer.test_collector
-        path = record_video(
+        path = _record_checked(  # env_id and the other arguments were checked when built
             self._trainer.policy,
             self.env_id,
-            self.directory / f"epoch_{info.epoch:04d}.mp4",
-            seed=self.seed + info.epoch,
-            obs_transform=test.obs_transform if test is not None else None,
-            fps=self.fps,
-            max_steps=self.max_steps,
+            check_video_path(self.directory / f"epoch_{info.epoch:04d}.mp4"),
+            1,
+            self.seed + info.epoch,
+            test.obs_transform if test is not None else None,
+            self.fps,
+            self.max_steps,
         )
         self.videos.append(path)
         self._trainer.logger.log_video(path, info.env_step, tag=self.tag)
