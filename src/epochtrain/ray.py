@@ -271,6 +271,24 @@ class EpochTrainable(tune.Trainable):
             note_in_use(self.run_dir, run_in_use(self.run_dir) or "it has ended since")
         return {"done": True, "failed": float(ours)}
 
+    def save(self, checkpoint_dir: str | None = None) -> Any:
+        """Tune's save: :meth:`save_checkpoint` into a directory Tune then copies to its
+        storage and deletes. The trainer's last good checkpoint, which its error messages
+        name, stays the run directory's (``run_dir/checkpoints/epoch_N``, written by the
+        same epoch), or becomes Tune's stored copy: never that deleted directory."""
+        kept = None if self._trainer is None else self._trainer.last_checkpoint
+        try:
+            saved = super().save(checkpoint_dir)
+        except BaseException:
+            if self._trainer is not None:
+                self._trainer.last_checkpoint = kept
+            raise
+        if self._trainer is not None and not self._ended:
+            stored = _stored_copy(saved.checkpoint)
+            own = kept is not None and self.run_dir is not None
+            self._trainer.last_checkpoint = kept if own or stored is None else stored
+        return saved
+
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         """Write our checkpoint into ``checkpoint_dir`` (Tune persists it); nothing for a
         trial that ended without a run to save (:meth:`_end`)."""
@@ -292,7 +310,11 @@ class EpochTrainable(tune.Trainable):
         if meta.get("trial_id") == self.trial_id:
             if self.run_dir is not None:  # the only trials with a checkpoint_dir
                 _take_over_lock(self.run_dir / CHECKPOINTS)  # before a build loads from it
-            self.trainer.load_checkpoint(root / _CHECKPOINT)
+            trainer = self.trainer  # a run directory's: resumed from its latest checkpoint
+            own, own_epoch = trainer.last_checkpoint, trainer.state.epoch
+            trainer.load_checkpoint(root / _CHECKPOINT)
+            if own is not None and own_epoch == trainer.state.epoch:
+                trainer.last_checkpoint = own  # the same epoch's, where a user finds it
             self.wall_time = float(meta.get("wall_time", 0.0))
         else:
             self._load_donor(root / _CHECKPOINT, str(meta.get("trial_id")))
@@ -324,6 +346,14 @@ class EpochTrainable(tune.Trainable):
         rebuilt from it, and a donor's checkpoint Tune loads next keeps these settings."""
         self._take_config(new_config)
         return True
+
+
+def _stored_copy(checkpoint: Any) -> Path | None:
+    """Our checkpoint in Tune's stored copy of a trial checkpoint (``ray.tune.Checkpoint``),
+    or ``None`` when it is not on this node's file system (an ``s3://`` storage_path)."""
+    if getattr(checkpoint.filesystem, "type_name", None) != "local":
+        return None
+    return Path(checkpoint.path) / _CHECKPOINT
 
 
 def _take_over_lock(checkpoint_dir: Path) -> None:

@@ -25,8 +25,9 @@ import pickle
 import signal
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import FrameType
@@ -157,7 +158,32 @@ def _init_worker(events: _Events, stop: _StopFlag, parent_pid: int) -> None:
     signal.signal(signal.SIGTERM, _sigterm_handler())  # the stop: as Ctrl-C
     _worker = _Worker(events, stop, parent_pid)
     warnings.showwarning = _forward_warning
+    _report_semaphores(events)
     threading.Thread(target=_worker.watch, name="epochtrain-stop-watch", daemon=True).start()
+
+
+def _report_semaphores(events: _Events) -> None:
+    """Tell the driver the name of each named semaphore this process registers with, or
+    unregisters from, multiprocessing's resource tracker (an ``"async"`` vector env's queue
+    and shared-memory locks), so that it can remove those of a worker killed with them
+    (:mod:`epochtrain.experiment.processes`). The driver hears of one before the tracker
+    forgets it and after the tracker knows it: a message lost as the worker dies leaves a
+    name only the tracker removes, with its "leaked semaphore" warning, and never one the
+    driver would unregister twice. A process forked from this one reports nothing."""
+    register, unregister, pid = resource_tracker.register, resource_tracker.unregister, os.getpid()
+
+    def registered(name: Sized, rtype: str) -> None:
+        register(name, rtype)
+        if rtype == "semaphore" and os.getpid() == pid:
+            events.put(("", "semaphore", ("register", name)))
+
+    def unregistered(name: Sized, rtype: str) -> None:
+        if rtype == "semaphore" and os.getpid() == pid:
+            events.put(("", "semaphore", ("unregister", name)))
+        unregister(name, rtype)
+
+    resource_tracker.register = registered
+    resource_tracker.unregister = unregistered
 
 
 def _forward_warning(

@@ -31,6 +31,7 @@ during the spawning).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import signal
@@ -40,7 +41,7 @@ import warnings
 from collections import deque
 from collections.abc import Collection, Iterator
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
@@ -137,6 +138,10 @@ class _Seat:
     """Told to exit, or stopped: its end is expected, not a death."""
     exited: bool = False
     """Its exit has been seen (and judged: a death unless it was dismissed)."""
+    semaphores: set[str] = field(default_factory=set)
+    """The named semaphores it holds, as it said (:func:`_remove_semaphores`)."""
+    cut_off: bool = False
+    """Its pipe was closed while it ran: what it said since, of its semaphores, is lost."""
 
 
 def _spawn_worker(stop_reader: Connection) -> _Seat:
@@ -235,6 +240,7 @@ class _Pool:
     def _dismiss(self, seat: _Seat) -> None:
         seat.dismissed = True
         if seat.conn is not None:
+            seat.cut_off = not seat.exited
             seat.conn.close()
             seat.conn = None
 
@@ -258,6 +264,9 @@ class _Pool:
             self._read(seat)
         for seat in exited:
             seat.exited = True
+            code = seat.process.exitcode
+            if code is not None and code < 0 and not seat.cut_off:  # killed: no clean-up ran
+                _remove_semaphores(seat.semaphores)
             if not seat.dismissed:
                 self.died.append(_how_it_ended(seat.process))
                 if seat.run is not None:
@@ -297,7 +306,13 @@ class _Pool:
                 seat.conn = None
                 return
             run_dir = Path(name)
-            if kind == "begin":
+            if kind == "semaphore":
+                action, semaphore = value
+                if action == "register":
+                    seat.semaphores.add(semaphore)
+                else:
+                    seat.semaphores.discard(semaphore)
+            elif kind == "begin":
                 self.begun.add(run_dir)
             elif kind == "end":
                 seat.run = None
@@ -325,6 +340,19 @@ class _Pool:
             note_in_use(run_dir, run_in_use(run_dir) or "it has ended since")
         else:
             self._progress.end(run_dir, failed=status != "finished")
+
+
+def _remove_semaphores(names: set[str]) -> None:
+    """Unlink the named semaphores of a worker killed while it held them (an ``"async"``
+    vector env's), and take them off multiprocessing's resource tracker, which this
+    process shares with its workers: else it would remove them only as the sweep ends,
+    warning "There appear to be 6 leaked semaphore objects to clean up at shutdown"."""
+    semaphores = importlib.import_module("_multiprocessing")  # sem_unlink has no stub
+    for name in names:
+        with contextlib.suppress(OSError):  # unlinked as the worker died (a name it held)
+            semaphores.sem_unlink(name)
+        resource_tracker.unregister(name, "semaphore")
+    names.clear()
 
 
 def _how_it_ended(process: SpawnProcess) -> str:

@@ -42,14 +42,16 @@ class RayConnectionError(ConnectionError):
 
 
 @contextlib.contextmanager
-def connect(address: str | None) -> Iterator[None]:
+def connect(address: str | None, *, gpus_per_run: float = 0.0) -> Iterator[None]:
     """Use the Ray this process is connected to, or connect to ``address`` (``None``: start
     a local Ray, ``"auto"``: the cluster of this node, ``"host:port"``: its head) for the
     block and disconnect after. ``RayConnectionError`` names the fix when none answers (a
-    ``host:port`` is checked even when this process is already connected)."""
+    ``host:port`` is checked even when this process is already connected); ``ValueError``
+    when the cluster has fewer GPUs than ``gpus_per_run``, before the block runs."""
     if address not in (None, "auto", "local"):
         _check_reachable(address)
     if ray.is_initialized():
+        _check_gpus(gpus_per_run)
         yield
         return
     with _sigterm_kept():
@@ -70,6 +72,7 @@ def connect(address: str | None) -> Iterator[None]:
                 ray.shutdown()  # what ray.init had started
             raise Terminated(f"signal {signal.SIGTERM}") from None
     try:
+        _check_gpus(gpus_per_run)
         yield
     finally:
         with _sigterm_deferred():  # the local Ray stops whole, then the SIGTERM acts

@@ -167,8 +167,10 @@ def run_experiment(
             run_trials,  # without ray: the error naming the extra, first
         )
 
-        if address is not None:  # an address where nothing answers: refused before any file
-            cluster = connect(address)
+        # an address where nothing answers, or GPUs the cluster lacks: refused before any
+        # file is written (a half-made experiment would refuse the corrected command)
+        if address is not None or gpus_per_run > 0:
+            cluster = connect(address, gpus_per_run=gpus_per_run)
     root = Path(out_dir)
     with cluster:
         _check_specs(specs)
