@@ -42,7 +42,9 @@ def _cartpole_dataset(path: Path) -> str:
 def test_a_policy_that_cannot_act_on_the_env_is_refused_before_the_dataset_is_read(
     loads: list[str],
 ) -> None:
-    spec = RunSpec.tuned("td3bc", "CartPole-v1").with_overrides({"dataset": "/missing/data.pt"})
+    spec = RunSpec.tuned("td3bc", "Pendulum-v1").replace(  # RunSpec.tuned refuses CartPole
+        env_id="CartPole-v1", dataset="/missing/data.pt"
+    )
     with pytest.raises(ValueError, match="td3bc is for continuous actions"):
         make_trainer(spec)
     assert loads == []

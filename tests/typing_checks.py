@@ -1,7 +1,8 @@
 """Static checks run by ``make lint`` (mypy --strict), not by pytest.
 
 A trainer built on a policy carries that policy's stats type to ``EpochStats``, so
-algorithm-specific fields type-check without casts or ``type: ignore``.
+algorithm-specific fields type-check without casts or ``type: ignore``; so does one that
+``make_trainer`` builds from an algorithm's name.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from epochtrain import (
     TD3,
     TD3BC,
     A2CTrainingStats,
+    BaseTrainer,
     BCTrainingStats,
     Collector,
     CQLTrainingStats,
+    DDPGTrainingStats,
     DQNTrainingStats,
     EpochStats,
     OfflineParams,
@@ -35,9 +38,11 @@ from epochtrain import (
     PGTrainingStats,
     PPOTrainingStats,
     ReplayBuffer,
+    RunSpec,
     SACTrainingStats,
     TD3BCTrainingStats,
     TD3TrainingStats,
+    make_trainer,
 )
 
 
@@ -139,3 +144,29 @@ def sac_and_cql_stats_are_typed(
     assert_type(cql_stats, CQLTrainingStats | None)
     assert sac_stats is not None and cql_stats is not None
     return sac_stats.entropy.mean + cql_stats.cql_penalty.mean
+
+
+def make_trainer_types_the_trainer_of_each_algorithm_name(algo: str, spec: RunSpec) -> None:
+    assert_type(make_trainer("ppo", "CartPole-v1"), OnpolicyTrainer[PPOTrainingStats])
+    assert_type(make_trainer("a2c", "CartPole-v1"), OnpolicyTrainer[A2CTrainingStats])
+    assert_type(make_trainer("pg", "CartPole-v1"), OnpolicyTrainer[PGTrainingStats])
+    assert_type(make_trainer("dqn", "CartPole-v1"), OffpolicyTrainer[DQNTrainingStats])
+    assert_type(make_trainer("sac", "Pendulum-v1"), OffpolicyTrainer[SACTrainingStats])
+    assert_type(make_trainer("td3", "Pendulum-v1"), OffpolicyTrainer[TD3TrainingStats])
+    assert_type(make_trainer("ddpg", "Pendulum-v1"), OffpolicyTrainer[DDPGTrainingStats])
+    assert_type(make_trainer("td3bc", "Pendulum-v1"), OfflineTrainer[TD3BCTrainingStats])
+    assert_type(make_trainer("cql", "Pendulum-v1"), OfflineTrainer[CQLTrainingStats])
+    assert_type(make_trainer("bc", "CartPole-v1"), OfflineTrainer[BCTrainingStats])
+    # a name known only at run time, or a spec: any algorithm's trainer
+    assert_type(make_trainer(algo, "CartPole-v1"), BaseTrainer[Any])
+    assert_type(make_trainer(spec), BaseTrainer[Any])
+
+
+def make_trainer_keeps_the_types_with_settings_and_objects(data: ReplayBuffer) -> float:
+    trainer = make_trainer(
+        "td3bc", "Pendulum-v1", seed=1, buffer=data, stop_fn=None, max_epoch=2, lr=3e-4
+    )
+    stats = next(trainer)
+    assert_type(stats, EpochStats[TD3BCTrainingStats])
+    assert stats.training_stat is not None
+    return stats.training_stat.lmbda.mean

@@ -12,11 +12,23 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
-from epochtrain.algorithms import Policy
+from epochtrain.algorithms import (
+    A2CTrainingStats,
+    BCTrainingStats,
+    CQLTrainingStats,
+    DDPGTrainingStats,
+    DQNTrainingStats,
+    PGTrainingStats,
+    Policy,
+    PPOTrainingStats,
+    SACTrainingStats,
+    TD3BCTrainingStats,
+    TD3TrainingStats,
+)
 from epochtrain.config_ignored import IgnoredSetting, keeping_ignored
 from epochtrain.data import Collector, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.data.buffer import rollout_rows
@@ -26,7 +38,7 @@ from epochtrain.envs import make_envs
 from epochtrain.logger import BaseLogger
 from epochtrain.registry import ALGORITHMS
 from epochtrain.spec import RunSpec
-from epochtrain.trainer import BaseTrainer
+from epochtrain.trainer import BaseTrainer, OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 from epochtrain.trainer.base import StopFn
 from epochtrain.trainer.checks import (
     check_arguments,
@@ -52,6 +64,193 @@ class _Unset:
 
 
 _UNSET = _Unset()
+
+
+@overload
+def make_trainer(
+    spec: Literal["ppo"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OnpolicyTrainer[PPOTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["a2c"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OnpolicyTrainer[A2CTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["pg"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OnpolicyTrainer[PGTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["dqn"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OffpolicyTrainer[DQNTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["sac"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OffpolicyTrainer[SACTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["td3"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OffpolicyTrainer[TD3TrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["ddpg"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OffpolicyTrainer[DDPGTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["td3bc"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OfflineTrainer[TD3BCTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["cql"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OfflineTrainer[CQLTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: Literal["bc"],
+    env_id: str,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> OfflineTrainer[BCTrainingStats]: ...
+
+
+@overload
+def make_trainer(
+    spec: RunSpec | str,
+    env_id: str | None = ...,
+    *,
+    seed: int | None = ...,
+    buffer: ReplayBuffer | None = ...,
+    logger: BaseLogger | None = ...,
+    hooks: Sequence[TrainerHook] | None = ...,
+    train_fn: Callable[[int, int], None] | None = ...,
+    test_fn: Callable[[int, int], None] | None = ...,
+    stop_fn: StopFn | _Unset | None = ...,
+    save_best_fn: Callable[[Policy[Any]], None] | None = ...,
+    **overrides: object,
+) -> BaseTrainer[Any]: ...
 
 
 def make_trainer(

@@ -43,7 +43,9 @@ from epochtrain.presets import preset_for
 from epochtrain.registry import ALGORITHMS, Algorithm
 from epochtrain.spec_data import (
     SECTIONS,
+    algorithms_with,
     by_suffix,
+    check_acts_on_env,
     check_top_names,
     collect_by_episodes,
     ignored_settings,
@@ -224,10 +226,12 @@ class RunSpec(Config):
     @classmethod
     def default(cls, algo: str, env_id: str, *, seed: int = 0) -> RunSpec:
         """The algorithm's general setting on ``env_id`` (no env-tuned preset); it stops at
-        the env's ``reward_threshold`` when the spec has one."""
+        the env's ``reward_threshold`` when the spec has one. An algorithm that cannot act
+        on the env's spaces (DQN on Box actions, TD3 on Discrete ones) is refused with
+        ``make_trainer``'s ``ValueError``: the spec could never run."""
         entry = algorithm(algo)
         check_env_id(env_id)
-        return cls(
+        spec = cls(
             algo=algo,
             env_id=env_id,
             config=entry.config_cls(),
@@ -236,11 +240,13 @@ class RunSpec(Config):
             buffer=BufferSpec(buffer_size=entry.buffer_size),
             stop_at=reward_threshold(env_id),
         )
+        check_acts_on_env(spec)
+        return spec
 
     @classmethod
     def tuned(cls, algo: str, env_id: str, *, seed: int = 0) -> RunSpec:
         """:meth:`default` with the tuned preset of ``(algo, env_id)`` applied, if any
-        (:mod:`epochtrain.presets`)."""
+        (:mod:`epochtrain.presets`); refused as by :meth:`default`."""
         spec = cls.default(algo, env_id, seed=seed)
         preset = preset_for(algo, env_id)
         return spec if preset is None else spec.with_overrides(preset.settings)
@@ -279,12 +285,21 @@ class RunSpec(Config):
             if field not in sections[section]:
                 raise ValueError(
                     f"unknown setting {name!r} for algo {self.algo!r}"
-                    f"{close_matches(field, sections[section])}; {section} fields: "
-                    f"{', '.join(sorted(sections[section]))}"
+                    f"{close_matches(field, sections[section])}; "
+                    + (
+                        self._elsewhere(field, sections, section)
+                        or f"{section} fields: {', '.join(sorted(sections[section]))}"
+                    )
                 )
             return section, field
         if name in top:
             return None, name
+        if name in SECTIONS:
+            example = sorted(sections[name])[0]
+            raise ValueError(
+                f"setting {name!r} is a table: name each of its settings, by its dotted name "
+                f"({name}.{example}) or its bare name ({example})"
+            )
         found = [s for s in SECTIONS if name in sections[s]]
         if len(found) == 1:
             return found[0], name
@@ -295,8 +310,28 @@ class RunSpec(Config):
         every = top | {n for names in sections.values() for n in names}
         raise ValueError(
             f"unknown setting {name!r} for algo {self.algo!r}{close_matches(name, every)}; "
-            "see `epochtrain config --algo ALGO --env ENV` for every setting"
+            + (
+                self._elsewhere(name, sections, None)
+                or "see `epochtrain config --algo ALGO --env ENV` for every setting"
+            )
         )
+
+    def _elsewhere(self, field: str, sections: Mapping[str, set[str]], section: str | None) -> str:
+        """Where a setting ``field`` that is not in ``section`` (None: not in any) is: in
+        another section of this spec (``trainer.lr``: a config setting), or in the section
+        of other algorithms (``warmup_steps`` for ``ppo``); "" when nowhere."""
+        found = [s for s in SECTIONS if s != section and field in sections[s]]
+        if section is not None and found:
+            bare = f" or {field!r}" if len(found) == 1 else ""  # else the bare name is ambiguous
+            return f"{field!r} is a {found[0]} setting: say '{found[0]}.{field}'{bare}"
+        for where in (section,) if section is not None else ("config", "trainer"):
+            others = algorithms_with(where, field)
+            if others:
+                return (
+                    f"{field!r} is a {where} setting of {', '.join(map(repr, others))}, "
+                    f"not of {self.algo!r}"
+                )
+        return ""
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunSpec:
         """A copy with each named setting replaced (names as :meth:`resolve_name` takes them).
@@ -309,6 +344,12 @@ class RunSpec(Config):
         top: dict[str, Any] = {}
         nested: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
         for name, value in overrides.items():
+            if name in SECTIONS and isinstance(value, Mapping):
+                dotted = ", ".join(f"'{name}.{key}': {v!r}" for key, v in value.items())
+                raise ValueError(
+                    f"setting {name!r} is a table: give its settings one by one, by dotted "
+                    f"name ({{{dotted}}}) or bare name"
+                )
             section, field = self.resolve_name(name)
             if section is None:
                 if field in ("algo", "env_id"):
@@ -331,6 +372,18 @@ class RunSpec(Config):
     def replace(self, **changes: object) -> RunSpec:
         """A copy with ``changes`` to top-level fields (a section as a whole); ignored
         settings are judged as by :meth:`with_overrides`."""
+        fields = {f.name for f in dataclasses.fields(self)}
+        for name, value in changes.items():
+            if name in fields:
+                continue
+            try:
+                section, _ = self.resolve_name(name)
+            except ValueError:
+                break  # unknown: check_field_names names the close matches
+            raise TypeError(
+                f"RunSpec has no field {name!r}: it is a {section} setting: change it with "
+                f"spec.with_overrides({{{name!r}: {value!r}}}) (or '{section}.{name}')"
+            )
         check_field_names(type(self), changes)
         spec = _changed(self, changes)
         report_ignored_changes(self, spec)

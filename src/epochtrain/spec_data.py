@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import torch
 from gymnasium.envs.registration import EnvSpec
 
 from epochtrain.config import Config, action_settings, check_field_names
 from epochtrain.config_ignored import (
     IgnoredSetting,
+    keeping_ignored,
     refuse_ignored,
     report_ignored_changes,
     toml_value,
@@ -119,22 +121,32 @@ def check_section_names(algo: str, section: str, cls: type[Config], raw: Mapping
     """``TypeError`` for a key of table ``section`` that is no field of ``cls``; a setting
     of other algorithms (``warmup_steps`` for ``ppo``) names them."""
     own = {f.name for f in dataclasses.fields(cls)}
-    classes: dict[str, type[Config]] = {}
-    if section in ("config", "trainer"):
-        classes = {
-            name: entry.config_cls if section == "config" else entry.params_cls
-            for name, entry in sorted(ALGORITHMS.items())
-        }
     for key in raw:
-        other = [
-            name for name, c in classes.items() if key in {f.name for f in dataclasses.fields(c)}
-        ]
+        other = algorithms_with(section, str(key))
         if key not in own and other:
             raise TypeError(
                 f"{cls.__name__} has no field {key!r}: it is a setting of "
                 f"{', '.join(map(repr, other))}, not of {algo!r}; drop it from [{section}]"
             )
     check_field_names(cls, raw)
+
+
+def algorithms_with(section: str, name: str) -> list[str]:
+    """The registered algorithms (sorted) whose ``section`` (``"config"`` or ``"trainer"``)
+    has a setting ``name``: what an error names for a setting of other algorithms."""
+    if section not in ("config", "trainer"):
+        return []
+    return [
+        algo
+        for algo, entry in sorted(ALGORITHMS.items())
+        if name
+        in {
+            f.name
+            for f in dataclasses.fields(
+                entry.config_cls if section == "config" else entry.params_cls
+            )
+        }
+    ]
 
 
 def collect_by_episodes(trainer_changes: dict[str, Any]) -> None:
@@ -225,23 +237,20 @@ def _priority_settings(spec: RunSpec, kind: str, algo: str) -> list[IgnoredSetti
     return found
 
 
-_ACTION_SPACES: dict[int, tuple[EnvSpec, gym.Space[Any] | None]] = {}
-""":func:`env_action_space` by the ``id`` of the registered ``EnvSpec`` (kept beside it, so
-the id is not reused): an env registered again under the same id is looked up again."""
+_SPACES: dict[int, tuple[EnvSpec, tuple[gym.Space[Any], gym.Space[Any]] | None]] = {}
+""":func:`env_spaces` by the ``id`` of the registered ``EnvSpec`` (kept beside it, so the id
+is not reused): an env registered again under the same id is looked up again."""
 
 
-def env_action_space(env_id: str) -> gym.Space[Any] | None:
-    """The action space of ``env_id``, read from one env built and closed (0.1 ms for
-    CartPole, 2 ms for Pendulum, 8 ms for FrozenLake; once per registered env and process),
-    or None when the env cannot be built here (a missing dependency: ``make_trainer``
-    names it).
-
-    :func:`ignored_settings` asks for it only when the config holds a setting of one kind
-    of actions away from its default, so building a spec builds no env otherwise."""
+def env_spaces(env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]] | None:
+    """The observation and action spaces of ``env_id``, read from one env built and closed
+    (0.1 ms for CartPole, 2 ms for Pendulum, 8 ms for FrozenLake; once per registered env
+    and process), or None when the env cannot be built here (a missing dependency:
+    ``make_trainer`` names it)."""
     registered = env_spec(env_id)
     key = id(registered)
-    if key not in _ACTION_SPACES:
-        space: gym.Space[Any] | None = None
+    if key not in _SPACES:
+        spaces: tuple[gym.Space[Any], gym.Space[Any]] | None = None
         with warnings.catch_warnings():  # the env's own (deprecations...) are not the spec's
             warnings.simplefilter("ignore")
             try:
@@ -249,10 +258,39 @@ def env_action_space(env_id: str) -> gym.Space[Any] | None:
             except Exception:  # any failure to build: make_trainer raises it, with the fix
                 env = None
             if env is not None:
-                space = env.action_space
+                spaces = (env.observation_space, env.action_space)
                 env.close()
-        _ACTION_SPACES[key] = (registered, space)
-    return _ACTION_SPACES[key][1]
+        _SPACES[key] = (registered, spaces)
+    return _SPACES[key][1]
+
+
+def env_action_space(env_id: str) -> gym.Space[Any] | None:
+    """The action space of ``env_id`` (:func:`env_spaces`), or None when the env cannot be
+    built here.
+
+    :func:`ignored_settings` asks for it only when the config holds a setting of one kind
+    of actions away from its default, so building a spec builds no env otherwise."""
+    spaces = env_spaces(env_id)
+    return None if spaces is None else spaces[1]
+
+
+def check_acts_on_env(spec: RunSpec) -> None:
+    """Raise what :func:`~epochtrain.make_trainer` raises for a policy that cannot act on
+    the env's spaces (DQN on Box actions, TD3 on Discrete ones): the policy is built on
+    them, on the CPU (the spec's device is judged where the run is built). An env that
+    cannot be built here passes: ``make_trainer`` names what it lacks."""
+    spaces = env_spaces(spec.env_id)
+    key = (spec.algo, id(env_spec(spec.env_id)), repr(spec.config))
+    if spaces is None or key in _ACTS_ON_ENV:
+        return
+    with torch.random.fork_rng(), keeping_ignored():  # the spec judges those
+        spec.entry.policy_cls(spaces[0], spaces[1], spec.config, device="cpu")
+    _ACTS_ON_ENV.add(key)
+
+
+_ACTS_ON_ENV: set[tuple[str, int, str]] = set()
+"""The (algo, ``id`` of the registered ``EnvSpec``, config) that :func:`check_acts_on_env`
+passed: building the policy takes 2-100 ms, and :meth:`RunSpec.tuned` checks each spec."""
 
 
 def warn_ignored(spec: RunSpec, where: str = "") -> None:

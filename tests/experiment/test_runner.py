@@ -354,8 +354,8 @@ def test_a_run_whose_holder_dies_within_the_wait_is_run(tmp_path: Path) -> None:
 
 
 def test_a_run_that_cannot_be_built_is_refused_before_any_run_or_file(tmp_path: Path) -> None:
-    specs = grid(["ppo", "dqn"], ["Pendulum-v1"], [0, 1], max_epoch=1)  # DQN: Discrete only
-    with pytest.raises(ValueError, match="action_space"):
+    with pytest.raises(ValueError, match="action_space"):  # DQN: Discrete only
+        specs = grid(["ppo", "dqn"], ["Pendulum-v1"], [0, 1], max_epoch=1)  # by RunSpec.tuned
         run_experiment(specs, tmp_path / "exp", show_progress=False)
     assert not (tmp_path / "exp").exists()  # PPO did not train first
     with pytest.raises(ValueError, match="algo 'bc' needs a dataset"):
