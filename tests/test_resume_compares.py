@@ -27,7 +27,7 @@ from epochtrain.trainer import (
     RewardNormalizer,
     TrainerHook,
 )
-from epochtrain.trainer.hooks import constructor_settings
+from epochtrain.trainer.hook_settings import constructor_settings
 from epochtrain.trainer.params import SettingsMismatchError
 from tests.trainer.tiny import build
 

@@ -383,7 +383,7 @@ def _compare_with_trainer(
         saved = match_saved_paths(settings, manifest["settings"], ckpt.parent)
         changed = compare_settings(settings, saved, trainer.setting_defaults())
     if manifest.get("hooks") is not None:
-        from epochtrain.trainer.hooks import compare_hook_settings
+        from epochtrain.trainer.hook_settings import compare_hook_settings
 
         compare_hook_settings(trainer.hooks, manifest["hooks"])
     _compare_dataset(trainer, ckpt, manifest)

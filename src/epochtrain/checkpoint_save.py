@@ -123,7 +123,9 @@ def _write_file(path: Path, obj: Any) -> dict[str, Any]:
 
 
 def _manifest(trainer: BaseTrainer[Any], files: dict[str, Any]) -> dict[str, Any]:
-    from epochtrain.trainer.hooks import hook_settings  # the trainer package imports this one
+    from epochtrain.trainer.hook_settings import (
+        hook_settings,  # the trainer package imports this one
+    )
 
     test = trainer.last_test_stat
     # every RunState counter, derived from the dataclass (non-finite floats as null)

@@ -244,7 +244,7 @@ def test_reset_resets_hook_state() -> None:
 
 def test_hook_settings_are_labelled_by_class_and_a_hook_declares_none_by_default() -> None:
     from epochtrain.trainer import GradClip
-    from epochtrain.trainer.hooks import constructor_settings, hook_settings
+    from epochtrain.trainer.hook_settings import constructor_settings, hook_settings
 
     class Plain(TrainerHook):
         def __init__(self, scale: float = 1.0, fn: Any = None) -> None:

@@ -60,6 +60,7 @@ from epochtrain.data.env_faults import (
     check_actions,
     check_extras,
     check_finite,
+    dead_worker,
     env_label,
     extras_fit,
     failed_sub_env,
@@ -368,18 +369,29 @@ class Collector:
                 raise
 
     def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
-        """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env."""
-        sub_env = failed_sub_env(self.env, exc)
+        """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env;
+        an ``AsyncVectorEnv`` worker process that died is named as such, not as an env that
+        raised."""
+        dead = dead_worker(self.env, exc)
+        sub_env = failed_sub_env(self.env, exc) if dead is None else dead[0]
         env_id = env_label(self.env, sub_env)
         self.close()
-        which = "a sub-env" if sub_env is None else f"sub-env {sub_env}"
-        raise EnvError(
-            f"{which} of {env_id!r} raised {type(exc).__name__}: {exc} in {call}() after "
-            f"{steps} env steps of this collect step",
-            sub_env=sub_env,
-            env_id=env_id,
-            env_step=steps,
-        ) from exc
+        if dead is not None:
+            i, pid, how = dead
+            message = (
+                f"sub-env {i}'s process (pid {pid}) of {env_id!r} died ({how}) during "
+                f"{call}() after {steps} env steps of this collect step (its pipe: "
+                f"{type(exc).__name__}: {exc}); the env did not raise: something ended its "
+                "process (the out-of-memory killer, a kill, a crash in native code); check "
+                "the system log (dmesg) and memory, then resume from the last checkpoint"
+            )
+        else:
+            which = "a sub-env" if sub_env is None else f"sub-env {sub_env}"
+            message = (
+                f"{which} of {env_id!r} raised {type(exc).__name__}: {exc} in {call}() after "
+                f"{steps} env steps of this collect step"
+            )
+        raise EnvError(message, sub_env=sub_env, env_id=env_id, env_step=steps) from exc
 
     def check_state_dict(self, state: Any) -> None:
         """Raise ``ValueError`` unless :meth:`load_state_dict` can restore ``state`` here."""

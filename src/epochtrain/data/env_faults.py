@@ -13,6 +13,8 @@ something went wrong (a per-step reduction was not below its bound, ``step()``/`
 from __future__ import annotations
 
 import math
+import multiprocessing.connection
+import signal
 import types
 from typing import Any
 
@@ -31,6 +33,7 @@ __all__ = [
     "check_actions",
     "check_extras",
     "check_finite",
+    "dead_worker",
     "env_label",
     "extras_fit",
     "failed_sub_env",
@@ -303,6 +306,32 @@ def failed_sub_env(env: Any, exc: BaseException) -> int | None:
         failed = [i for i, pipe in enumerate(pipes) if pipe is None]
         if failed:
             return failed[0]
+    return None
+
+
+def dead_worker(env: Any, exc: BaseException, wait: float = 1.0) -> tuple[int, int, str] | None:
+    """For an ``AsyncVectorEnv`` whose pipe failed (``exc`` an ``EOFError`` or ``OSError``,
+    e.g. ``ConnectionResetError``, ``BrokenPipeError``): the first worker process that has
+    ended, as (sub-env index, pid, how it ended: "killed by SIGKILL", "exited with status
+    1"), or None. A process whose pipe closed may take a moment to be reaped: up to ``wait``
+    seconds are given for one to end."""
+    processes = list(getattr(env.unwrapped, "processes", None) or [])
+    if not processes or not isinstance(exc, EOFError | OSError):
+        return None
+    if all(p.exitcode is None for p in processes):
+        multiprocessing.connection.wait([p.sentinel for p in processes], timeout=wait)
+    for i, process in enumerate(processes):
+        code = process.exitcode
+        if code is None:
+            continue
+        if code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        return i, int(process.pid or 0), how
     return None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
@@ -116,6 +117,8 @@ class BaseLogger(Closing, ABC):
         self._written: dict[Scope, int | None] = dict.fromkeys(SCOPES)
         self._restored = False  # load_state_dict was called: a resume, not a new run
         self._begun = False  # the first record was (or is being) written
+        self._user: weakref.ReferenceType[object] | None = None  # the trainer logging here
+        self._closed_with: str | None = None  # the kind of trainer whose close() closed it
 
     @abstractmethod
     def write(self, scope: Scope, step: int, data: Mapping[str, float]) -> None:
@@ -188,6 +191,49 @@ class BaseLogger(Closing, ABC):
         """True once anything was written (or a restored position says so): a new run
         logged here would have its records at steps already written dropped."""
         return any(step is not None for step in self._written.values())
+
+    def _parts(self) -> tuple[BaseLogger, ...]:
+        """This logger and every logger it forwards to (a MultiLogger's, nested too)."""
+        return (self,)
+
+    def _used_by_another(self, user: object | None) -> tuple[BaseLogger, object] | None:
+        """``(part, other)`` if this logger or one it forwards to (``part``) logs for a
+        live object ``other`` that is not ``user`` (the trainer asking), else ``None``."""
+        for part in self._parts():
+            other = None if part._user is None else part._user()
+            if other is not None and other is not user:
+                return part, other
+        return None
+
+    def _closed_by(self) -> tuple[BaseLogger, str] | None:
+        """``(part, trainer kind)`` if this logger or one it forwards to (``part``) was
+        closed by a trainer's ``close()`` (:meth:`_close_with`), else ``None``."""
+        for part in self._parts():
+            if part._closed_with is not None:
+                return part, part._closed_with
+        return None
+
+    def _claim(self, user: object) -> None:
+        """Mark this logger and those it forwards to as logging for ``user`` (a trainer),
+        until :meth:`_release` or until ``user`` is garbage-collected. A
+        :class:`LazyLogger` records nothing: it is never claimed and may be shared."""
+        for part in self._parts():
+            if not isinstance(part, LazyLogger):
+                part._user = weakref.ref(user)
+
+    def _close_with(self, user: object) -> None:
+        """Close this logger as ``user`` (a trainer) closes, remembering it for the error
+        of a trainer given it later (a closed logger cannot write)."""
+        for part in self._parts():
+            if not isinstance(part, LazyLogger):
+                part._closed_with = type(user).__name__
+        self.close()
+
+    def _release(self, user: object) -> None:
+        """Undo :meth:`_claim` for the parts ``user`` holds (a trainer's close or reset)."""
+        for part in self._parts():
+            if part._user is not None and part._user() is user:
+                part._user = None
 
     @property
     def kind(self) -> str:

@@ -87,6 +87,9 @@ class MultiLogger(BaseLogger):
             self.check_new_run()
             self._begun = True
 
+    def _parts(self) -> tuple[BaseLogger, ...]:
+        return (self, *(part for logger in self.loggers for part in logger._parts()))
+
     def has_records(self) -> bool:
         """True once any of the loggers holds a record."""
         return any(logger.has_records() for logger in self.loggers)

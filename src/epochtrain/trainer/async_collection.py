@@ -67,7 +67,10 @@ __all__ = [
 ]
 
 _STREAM = 0x61637431  # tells the actor's stream apart from the other streams of a seed
-_GRACE_SECONDS = 10.0  # Ctrl-C during a join: how long the collect in flight may finish
+_GRACE_SECONDS = 10.0
+"""Ctrl-C (or SIGTERM) while a collect step is in flight: how long it may still finish, counted
+once from the interrupt over the whole stop (join, stop, thread end); a hung env is then left
+to the daemon worker thread, which does not keep the process alive."""
 
 
 class StagedRows(ReplayBuffer):
@@ -226,6 +229,7 @@ class AsyncCollection:
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         self._outcome: _Outcome | None = None
+        self._deadline: float | None = None  # time.monotonic() when waiting for it ends
         weakref.finalize(self, self._jobs.put, None)  # the thread ends with this object
 
     def start(
@@ -255,6 +259,7 @@ class AsyncCollection:
         self.staged.staged.clear()
         self._done.clear()
         self._outcome = None
+        self._deadline = None
 
         def job() -> None:
             start = time.perf_counter()
@@ -278,25 +283,45 @@ class AsyncCollection:
         self._jobs.put(job)
 
     def join(self) -> _Outcome:
-        """Wait for the collect step started last; its stats or exception."""
+        """Wait for the collect step started last; its stats or exception. Ctrl-C while
+        waiting gives it what is left of the grace period (:meth:`wait_grace`), then is
+        raised."""
         try:
             self._done.wait()
         except KeyboardInterrupt:
             # the trainer rolls its envs back next: let the collect in flight finish first
-            self._done.wait(timeout=_GRACE_SECONDS)
+            self.wait_grace()
             raise
         assert self._outcome is not None
         return self._outcome
 
+    def wait_grace(self) -> bool:
+        """Wait for the collect step in flight, at most until the grace period ends; True
+        when it has finished. The period (``_GRACE_SECONDS``) starts at the first call after
+        :meth:`start`, so the waits of one stop add up to it, not to a multiple of it; a
+        second Ctrl-C while waiting ends it at once (and is raised)."""
+        if self._deadline is None:
+            self._deadline = time.monotonic() + _GRACE_SECONDS
+        try:
+            return self._done.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+        except KeyboardInterrupt:
+            self._deadline = time.monotonic()
+            raise
+
     def stop(self) -> None:
-        """Let a collect step in flight finish, then end the worker thread (safe to call
-        more than once; a later :meth:`start` starts a new thread)."""
+        """Let a collect step in flight finish, within the grace period
+        (:meth:`wait_grace`), then end the worker thread; a collect still running then (a
+        hung env) is left to the daemon thread. Safe to call more than once; a later
+        :meth:`start` starts a new thread."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
-        self._done.wait(timeout=_GRACE_SECONDS)
-        self._jobs.put(None)
-        thread.join(timeout=_GRACE_SECONDS)
+        try:
+            self.wait_grace()
+        finally:  # a second Ctrl-C too: the thread ends once its job does
+            self._jobs.put(None)
+        assert self._deadline is not None
+        thread.join(timeout=max(0.0, self._deadline - time.monotonic()))
 
     def land(self, collector: Collector, *, keep_rows: bool = True) -> None:
         """Add the staged rows to ``collector.buffer`` (``keep_rows``) and hand the
@@ -338,9 +363,10 @@ def async_training_step(trainer: OffpolicyTrainer[Any]) -> int:
     update_start = time.perf_counter()
     try:
         trainer._update(stat)
-    except BaseException:
-        if launch:  # the rows are dropped; the collector keeps up with its envs
-            runner.join()
+    except BaseException as exc:
+        # the rows are dropped; the collector keeps up with its envs, unless Ctrl-C's grace
+        # period ended first (a hung env): the trainer rolls the collector back anyway
+        if launch and _settled(runner, interrupted=isinstance(exc, KeyboardInterrupt)):
             runner.land(trainer.train_collector, keep_rows=False)
         raise
     update_end = time.perf_counter()
@@ -355,6 +381,15 @@ def async_training_step(trainer: OffpolicyTrainer[Any]) -> int:
         ):
             trainer._collected_ahead = ahead
     return stat.n_collected_steps
+
+
+def _settled(runner: AsyncCollection, *, interrupted: bool) -> bool:
+    """After the update step raised: wait for the collect step in flight (within the grace
+    period when ``interrupted``); True when it has finished."""
+    if interrupted:
+        return runner.wait_grace()
+    runner.join()
+    return True
 
 
 def _start(trainer: OffpolicyTrainer[Any], *, background: bool) -> None:

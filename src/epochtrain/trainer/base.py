@@ -59,7 +59,14 @@ from epochtrain.stats import (
 )
 from epochtrain.trainer.checks import check_arguments, check_env_spaces, check_reset
 from epochtrain.trainer.epoch import next_epoch, test_step
-from epochtrain.trainer.hooks import HookOp, HookTable, TrainerHook, claim_hook
+from epochtrain.trainer.hooks import (
+    HookOp,
+    HookTable,
+    TrainerHook,
+    call_callback,
+    claim_hook,
+    register_claimed,
+)
 from epochtrain.trainer.params import TrainerParams, setting_defaults_of, settings_of
 from epochtrain.trainer.progress import RunProgress
 from epochtrain.trainer.safety import (
@@ -167,6 +174,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self._pending_hooks = hook_list
         self._pending_resume = None if params.resume_from is None else Path(params.resume_from)
         self._complete_init()
+        self.logger._claim(self)  # checked free above; released by close() or reset(logger=)
 
     def _attach(self, train_collector: Collector | None, buffer: ReplayBuffer | None) -> None:
         """Check and keep the objects of this trainer kind (a training collector, a dataset)."""
@@ -240,14 +248,19 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         The policy's weights are not re-initialised; build a new policy for a fresh run.
         ``logger`` replaces the trainer's logger (the old one is closed); it is required
         once the old one holds records, since the new run's records at steps already
-        written would be dropped. A ``checkpoint_dir`` that holds checkpoints is refused:
-        the new run would replace them (build a new trainer with another directory).
+        written would be dropped, and it must be a new one: a logger that holds records
+        (the old one included) or that another trainer logs to is refused. A
+        ``checkpoint_dir`` that holds checkpoints is refused: the new run would replace
+        them (build a new trainer with another directory). Call it between epochs: inside
+        ``next()`` (from a hook) and on a closed trainer it raises ``RuntimeError``.
         """
         check_reset(self, logger)
         self._progress.close()
         if logger is not None and logger is not self.logger:
-            self.logger.close()
+            self.logger._close_with(self)
+            self.logger._release(self)
             self.logger = logger
+            logger._claim(self)
         self._init_state()
         self.last_checkpoint = None
         for hook in self.hooks:
@@ -290,7 +303,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         if not isinstance(hook, TrainerHook):
             raise TypeError(f"hook must be a TrainerHook, got {hook!r}")
         claim_hook(hook, self)
-        hook.register(self)
+        register_claimed(hook, self)  # an error in register() names the hook
         self.hooks.append(hook)
 
     def _log_ops(self, point: str, scope: Scope, step: int, *args: Any) -> None:
@@ -331,12 +344,13 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         collectors' vector envs (an ``AsyncVectorEnv``'s worker processes with them) and
         its logger. Safe to call more than once; the trainer cannot train on afterwards.
         ``with make_trainer(...) as trainer:`` calls it when the block ends, however it
-        ends."""
+        ends. The closed logger stays this trainer's: another trainer given it is refused
+        (a new logger on the same path, with ``resume_from``, continues the run)."""
         self._closed = True
         try:
             close_envs(self)
         finally:
-            self.logger.close()
+            self.logger._close_with(self)  # a trainer given it later is refused, naming why
 
     def _stop_workers(self) -> None:
         """End background work before :meth:`close` closes the envs; default: none."""
@@ -385,7 +399,9 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         return test_step(self)
 
     def _stop_fn_fired(self) -> bool:
-        return self.stop_fn is not None and bool(self.stop_fn(self.state.best_test_return))
+        if self.stop_fn is None:
+            return False
+        return bool(call_callback("stop_fn", self.stop_fn, self.state.best_test_return))
 
     # -------------------------------------------------------------- persisting
     def state_dict(self) -> dict[str, Any]:

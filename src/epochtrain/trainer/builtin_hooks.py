@@ -20,7 +20,8 @@ from torch import nn
 from epochtrain.data.batch import Batch
 from epochtrain.nets import SoftUpdate
 from epochtrain.stats import CollectStats, TrainingStats
-from epochtrain.trainer.hooks import TrainerHook, constructor_settings, online_collector
+from epochtrain.trainer.hook_settings import constructor_settings
+from epochtrain.trainer.hooks import TrainerHook, online_collector
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer

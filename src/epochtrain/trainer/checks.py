@@ -9,6 +9,7 @@ trainer holds its collectors. Each error names the argument, its value and the f
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from epochtrain.checkpoint_save import find_checkpoints
 from epochtrain.data.collector import Collector
 from epochtrain.errors import CheckpointError
 from epochtrain.logger import BaseLogger
-from epochtrain.trainer.hooks import TrainerHook
+from epochtrain.trainer.hooks import TrainerHook, check_callbacks
 from epochtrain.trainer.params import OnpolicyParams, TrainerParams
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ __all__ = [
     "check_checkpoint_dir",
     "check_env_spaces",
     "check_hooks",
+    "check_logger_free",
     "check_objects",
     "check_reset",
     "minibatch_size_note",
@@ -83,6 +85,16 @@ def check_arguments(
             f"trainer and {policy_name} needs {' or '.join(_KIND_WORDS[k] for k in kinds)} "
             f"trainer: use {' or '.join(_TRAINER_OF_KIND[k] for k in kinds)}"
         )
+    if isinstance(logger, BaseLogger):
+        check_logger_free(logger, None, "logger")
+        if logger.has_records() and params.resume_from is None:
+            raise ValueError(
+                f"logger: this {logger._describe()} already holds the records of an earlier "
+                "run, and a new run's records at the steps already "
+                "written would be dropped: give the new run a new logger "
+                "(JSONLLogger('runs/second')), or resume_from=<that run's checkpoint> to "
+                "continue the earlier run"
+            )
     hook_list = check_hooks(hooks)
     if params.resume_from is not None and not Path(params.resume_from).exists():
         raise FileNotFoundError(
@@ -142,9 +154,7 @@ def check_objects(
     """Check the objects every trainer takes (see :class:`BaseTrainer`)."""
     if not isinstance(policy, Policy):
         raise TypeError(f"policy must be an epochtrain Policy, got {type(policy).__name__}")
-    for name, fn in callbacks.items():
-        if fn is not None and not callable(fn):
-            raise ValueError(f"{name} must be callable or None, got {fn!r}")
+    check_callbacks(callbacks)  # callable, and takes the arguments the trainer passes
     if test_collector is not None and not isinstance(test_collector, Collector):
         raise TypeError(
             f"test_collector must be a Collector or None, got {type(test_collector).__name__}"
@@ -210,13 +220,71 @@ def check_env_spaces(policy: Policy[Any], collectors: Iterable[tuple[str, Collec
                 )
 
 
+def check_logger_free(logger: BaseLogger, trainer: object | None, label: str) -> None:
+    """Refuse ``logger`` (the argument ``label``) if it, or a logger it forwards to, logs
+    for a live trainer other than ``trainer``: two runs logged into one logger drop each
+    other's records (the later one's steps are already written); or if a trainer's
+    ``close()`` closed it (a closed logger cannot write). A
+    :class:`~epochtrain.logger.LazyLogger` records nothing and may be shared; a trainer
+    that was garbage-collected without ``close()`` releases its logger."""
+    closed = logger._closed_by()
+    if closed is not None:
+        part, kind = closed
+        raise ValueError(
+            f"{_this(label, logger, part)} was closed by the close() of the {kind} it "
+            "logged for, so it cannot write: give this trainer a new logger (to continue "
+            "that run: a new logger on the same path, and resume_from=<its checkpoint>)"
+        )
+    used = logger._used_by_another(trainer)
+    if used is not None:
+        gc.collect()  # error path only: a trainer no one holds may wait in a reference cycle
+        used = logger._used_by_another(trainer)
+    if used is not None:
+        part, other = used
+        raise ValueError(
+            f"{_this(label, logger, part)} already logs for another trainer "
+            f"({type(other).__name__}); one logger shared by two trainers keeps one run's "
+            "records and silently drops the other's: give each trainer its own logger (a "
+            "JSONLLogger per run, with its own path); LazyLogger() records nothing and may "
+            "be shared"
+        )
+
+
+def _this(label: str, logger: BaseLogger, part: BaseLogger) -> str:
+    inside = "" if part is logger else f" (inside {logger._describe()})"
+    return f"{label}: this {part._describe()}{inside}"
+
+
 def check_reset(trainer: BaseTrainer[Any], logger: BaseLogger | None) -> None:
-    """Refuse ``trainer.reset(logger=...)`` when the new run would overwrite what the run so
-    far saved: records in the trainer's logger (the new run's, at the same steps, would be
-    dropped as already written) or checkpoints in its ``checkpoint_dir`` (the new run's
-    ``epoch_*`` would replace and rotate them out)."""
+    """Refuse ``trainer.reset(logger=...)`` inside ``next()`` (from a hook or callback), on
+    a closed trainer, or when the new run would lose records: records in the logger it
+    would log to (the new run's, at the same steps, would be dropped as already written),
+    a ``logger`` another trainer logs to, or checkpoints in its ``checkpoint_dir`` (the
+    new run's ``epoch_*`` would replace and rotate them out)."""
+    if trainer._in_next:
+        raise RuntimeError(
+            "reset() cannot run inside next() (from a hook or a callback): the epoch in "
+            "progress would go on with the new run's counters and the run would never end. "
+            "Call it between epochs; to end the run from a hook, call "
+            "trainer.request_stop(reason), then reset() once the loop is over"
+        )
+    if trainer._closed:
+        raise RuntimeError(
+            "reset() refused: this trainer was closed (close(), or the end of its `with` "
+            "block), so its envs and logger are released; build a new trainer for a new run"
+        )
     if logger is not None and not isinstance(logger, BaseLogger):
         raise TypeError(f"reset(logger=...) must be a BaseLogger, got {logger!r}")
+    if logger is not None and logger.has_records():
+        whose = "the run so far" if logger is trainer.logger else "an earlier run"
+        raise ValueError(
+            f"reset(logger=...): this {logger._describe()} holds the records of {whose}, "
+            "and the new run's records at the same steps would be dropped as already "
+            "written. Give the new run a new logger: "
+            "trainer.reset(logger=JSONLLogger('runs/second')) (LazyLogger() records nothing)"
+        )
+    if logger is not None:
+        check_logger_free(logger, trainer, "reset(logger=...)")
     if logger is None and trainer.logger.has_records():
         raise ValueError(
             f"reset(): the logger ({type(trainer.logger).__name__}) holds the records of "

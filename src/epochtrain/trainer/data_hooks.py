@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from epochtrain.data.batch import Batch
-from epochtrain.trainer.hooks import TrainerHook, constructor_settings, online_collector
+from epochtrain.trainer.hook_settings import constructor_settings
+from epochtrain.trainer.hooks import TrainerHook, online_collector
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer

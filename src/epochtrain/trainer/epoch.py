@@ -14,6 +14,7 @@ from epochtrain.checkpoint_periodic import refuse_another_runs_checkpoints
 from epochtrain.envs import seed_spaces
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats, EpochStats, TTrainingStats, aggregate_training_stats
+from epochtrain.trainer.hooks import call_callback
 from epochtrain.trainer.progress import epoch_line, progress_postfix, write_line
 from epochtrain.trainer.safety import (
     EpochSnapshot,
@@ -171,7 +172,7 @@ def test_step(trainer: BaseTrainer[Any]) -> CollectStats | None:
     train_exploration, trainer.policy.exploration = trainer.policy.exploration, None
     try:
         if trainer.test_fn is not None:
-            trainer.test_fn(trainer.state.epoch, trainer.state.env_step)
+            call_callback("test_fn", trainer.test_fn, trainer.state.epoch, trainer.state.env_step)
         trainer.test_collector.reset(seed=int(np.random.randint(2**31 - 1)))
         stat = trainer.test_collector.collect(n_episode=trainer.params.episode_per_test)
     except NonFiniteError as exc:
@@ -190,7 +191,7 @@ def test_step(trainer: BaseTrainer[Any]) -> CollectStats | None:
         trainer.state.best_test_return_std = stat.returns_stat.std
         trainer.state.best_epoch = trainer.state.epoch
         if trainer.save_best_fn is not None:
-            trainer.save_best_fn(trainer.policy)
+            call_callback("save_best_fn", trainer.save_best_fn, trainer.policy)
     trainer.last_test_stat = stat
     trainer._tested_this_epoch = stat
     # the step the run advances by: env steps, or gradient steps offline (no env steps)

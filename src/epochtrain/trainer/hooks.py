@@ -33,10 +33,13 @@ entry ``"log_pbar": True`` also shows its values in the progress bar. The collec
 points (``batch_process``, ``pre_steps_log``, ``post_steps_log``) fire in the online
 trainers only; the offline trainer collects nothing.
 
-:class:`HookTable` checks what each function returns (a non-empty ``Batch`` at a data
-point, a ``dict`` of ``str`` to number or ``None`` at a logging point) and notes on any
-exception a function raises which function and point it was; a hook object is registered
-on one trainer only (:func:`claim_hook`).
+:class:`HookTable` checks what each function returns (a non-empty ``Batch`` whose fields
+fit the batch it received at a data point, a ``dict`` of ``str`` to number or ``None`` at
+a logging point) and notes on any exception a function raises which function and point it
+was; a hook object is registered on one trainer only (:func:`claim_hook`), and an error in
+its ``register`` is noted (:func:`register_claimed`). The trainer's callbacks
+(``train_fn``, ``test_fn``, ``stop_fn``, ``save_best_fn``) get the same arity check
+(:func:`check_callbacks`) and notes (:func:`call_callback`).
 """
 
 from __future__ import annotations
@@ -45,20 +48,20 @@ import gc
 import inspect
 import weakref
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
-from epochtrain.checkpoint_save import jsonable
 from epochtrain.data.batch import Batch
 from epochtrain.data.collector import Collector
 from epochtrain.logger import BaseLogger, Scope
+from epochtrain.trainer.batch_checks import check_fields, value_kind
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
     from epochtrain.trainer.online import OnlineTrainer
 
 __all__ = [
+    "CALLBACK_ARGS",
     "DATA_POINTS",
     "HOOK_ARGS",
     "HOOK_POINTS",
@@ -66,13 +69,11 @@ __all__ = [
     "HookOp",
     "HookTable",
     "TrainerHook",
+    "call_callback",
+    "check_callbacks",
     "claim_hook",
-    "compare_hook_settings",
-    "constructor_defaults",
-    "constructor_settings",
-    "hook_setting_defaults",
-    "hook_settings",
     "online_collector",
+    "register_claimed",
 ]
 
 HOOK_ARGS: Final[dict[str, tuple[str, ...]]] = {
@@ -204,7 +205,7 @@ class HookTable:
                 continue
             if not isinstance(out, Mapping):
                 raise TypeError(
-                    f"hook op {_op_name(op)} at {point!r} returned {_kind(out)}; a logging "
+                    f"hook op {_op_name(op)} at {point!r} returned {value_kind(out)}; a logging "
                     "point's op returns a dict of str to number (e.g. {'loss': 0.5}) or None"
                 )
             if not out:
@@ -218,7 +219,11 @@ class HookTable:
         """Pass ``batch`` through every op of a data point; returns the last op's batch.
 
         Each op must return a ``Batch``, and a non-empty one when it received one; anything
-        else (``None``: a forgotten ``return batch``) raises naming the op and the point."""
+        else (``None``: a forgotten ``return batch``) raises naming the op and the point.
+        So does a Batch whose fields no longer fit together (:func:`_check_fields`): a field
+        the op received that is ``None`` now, a field whose rows differ from the others' or
+        whose other dimensions differ from what the op received (``rew[:1]`` would be
+        broadcast over the batch), or a dtype of another kind (``rew.long()``)."""
         for op in self.ops[point]:
             try:
                 out = op(batch)
@@ -227,7 +232,7 @@ class HookTable:
                 raise
             if not isinstance(out, Batch):
                 raise TypeError(
-                    f"hook op {_op_name(op)} at {point!r} returned {_kind(out)}, not a Batch: "
+                    f"hook op {_op_name(op)} at {point!r} returned {value_kind(out)}, not a Batch: "
                     f"return the Batch ({point!r} learns from what its ops return; "
                     "return the batch it received to leave it unchanged)"
                 )
@@ -237,6 +242,8 @@ class HookTable:
                     f"{tuple(out.shape)}) for a batch of shape {tuple(batch.shape)}: return "
                     "the Batch with at least one row"
                 )
+            if out is not batch:
+                check_fields(_op_name(op), point, batch, out)
             batch = out
         return batch
 
@@ -244,10 +251,6 @@ class HookTable:
 def _op_name(op: HookOp) -> str:
     name = getattr(op, "__qualname__", None)
     return name if isinstance(name, str) else repr(op)
-
-
-def _kind(value: object) -> str:
-    return "None" if value is None else f"a {type(value).__qualname__} ({value!r:.80})"
 
 
 def _raised_in(op: HookOp, point: str) -> str:
@@ -266,7 +269,7 @@ def _log_value(op: HookOp, point: str, key: object, value: Any) -> float:
         except (TypeError, ValueError):  # not a number, or a tensor of several elements
             number = None
     if number is None or not isinstance(key, str):
-        what = f"the key {key!r}" if not isinstance(key, str) else f"{key!r}: {_kind(value)}"
+        what = f"the key {key!r}" if not isinstance(key, str) else f"{key!r}: {value_kind(value)}"
         raise TypeError(
             f"hook op {_op_name(op)} at {point!r} returned a dict holding {what}; a logging "
             "dict maps str keys to numbers (int, float, or a one-element tensor or array)"
@@ -276,20 +279,81 @@ def _log_value(op: HookOp, point: str, key: object, value: Any) -> float:
 
 def _check_arity(point: str, op: HookOp) -> None:
     """Refuse ``op`` at ``point`` if it cannot take the point's positional arguments."""
+    where = f"cannot be registered at {point!r}: the point"
+    _check_signature(op, HOOK_ARGS[point], point, f"hook op {_op_name(op)}", where)
+
+
+def _check_signature(
+    fn: Callable[..., Any], args: tuple[str, ...], call: str, label: str, where: str
+) -> None:
+    """Refuse ``fn`` (named ``label``) unless it takes ``args`` positionally, as it is
+    called (``call(*args)``, by ``where``)."""
     try:
-        signature = inspect.signature(op)
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: trusted
         return
-    args = HOOK_ARGS[point]
     try:
         signature.bind(*args)
     except TypeError as exc:
-        wanted = f"{point}({', '.join(args)})"
         raise TypeError(
-            f"hook op {_op_name(op)}{signature} cannot be registered at {point!r}: the point "
-            f"calls it as {wanted} ({exc}); give it {len(args)} positional argument"
-            f"{'' if len(args) == 1 else 's'}"
+            f"{label}{signature} {where} calls it as {call}({', '.join(args)}) ({exc}); "
+            f"give it {len(args)} positional argument{'' if len(args) == 1 else 's'}"
         ) from None
+
+
+CALLBACK_ARGS: Final[dict[str, tuple[str, ...]]] = {
+    "train_fn": ("epoch", "env_step"),
+    "test_fn": ("epoch", "env_step"),
+    "stop_fn": ("best_test_return",),
+    "save_best_fn": ("policy",),
+}
+"""The positional arguments the trainer passes each callback."""
+
+_R = TypeVar("_R")
+
+
+def check_callbacks(callbacks: Mapping[str, object]) -> None:
+    """Refuse a callback (``train_fn``, ``test_fn``, ``stop_fn``, ``save_best_fn``) that
+    is not callable or cannot take the arguments the trainer passes it (checked once, when
+    the trainer is built, as :meth:`HookTable.add` checks hook ops)."""
+    for name, fn in callbacks.items():
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise ValueError(f"{name} must be callable or None, got {fn!r}")
+        where = "is refused: the trainer"
+        _check_signature(fn, CALLBACK_ARGS[name], name, f"{name}={_op_name(fn)}", where)
+
+
+def call_callback(name: str, fn: Callable[..., _R], *args: Any) -> _R:
+    """``fn(*args)``; an exception it raises gains a note naming the callback."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        wanted = f"{name}({', '.join(CALLBACK_ARGS[name])})"
+        exc.add_note(f"epochtrain: raised by {name} {_op_name(fn)}, called as {wanted}")
+        raise
+
+
+def register_claimed(hook: TrainerHook, trainer: BaseTrainer[Any]) -> None:
+    """``hook.register(trainer)`` for a hook :func:`claim_hook` gave ``trainer``. If it
+    raises, the exception gains a note naming the hook, the ops it had added are removed
+    and the hook is released (it can be fixed and registered again)."""
+    table, optimizer_hooks = trainer._ops, trainer.policy.optimizer_hooks
+    sizes = {point: len(ops) for point, ops in table.ops.items()}
+    n_optimizer_hooks = len(optimizer_hooks)
+    try:
+        hook.register(trainer)
+    except Exception as exc:
+        for point, size in sizes.items():
+            del table.ops[point][size:]
+        del optimizer_hooks[n_optimizer_hooks:]
+        hook._epochtrain_trainer = None
+        exc.add_note(
+            f"epochtrain: raised by {type(hook).__qualname__}.register (the hook object "
+            "was being registered on the trainer; it was not)"
+        )
+        raise
 
 
 def claim_hook(hook: TrainerHook, trainer: BaseTrainer[Any]) -> None:
@@ -319,103 +383,6 @@ def claim_hook(hook: TrainerHook, trainer: BaseTrainer[Any]) -> None:
 def _owner(hook: TrainerHook) -> BaseTrainer[Any] | None:
     ref = hook._epochtrain_trainer
     return None if ref is None else ref()
-
-
-def constructor_settings(obj: object, *, exclude: Collection[str] = ()) -> dict[str, Any]:
-    """The arguments of ``obj``'s constructor that it keeps as attributes of the same name
-    (``self.max_norm = max_norm``), read from the signature of ``type(obj).__init__``.
-
-    Names in ``exclude`` and values JSON cannot hold exactly (callables, tensors, NaN) are
-    left out, so the result can be written to a manifest and compared after reading it back.
-    """
-    attrs: dict[str, Any] = vars(obj) if hasattr(obj, "__dict__") else {}
-    kept = {name: attrs[name] for name, _ in _init_parameters(obj) if name in attrs}
-    return jsonable({name: value for name, value in kept.items() if name not in exclude})
-
-
-def constructor_defaults(obj: object) -> dict[str, Any]:
-    """The declared defaults of ``obj``'s constructor arguments (JSON values only)."""
-    return jsonable(
-        {
-            name: param.default
-            for name, param in _init_parameters(obj)
-            if param.default is not param.empty
-        }
-    )
-
-
-def _init_parameters(obj: object) -> list[tuple[str, inspect.Parameter]]:
-    try:
-        params = inspect.signature(type(obj).__init__).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        return []
-    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [(name, p) for name, p in params.items() if name != "self" and p.kind in plain]
-
-
-def _labels(hooks: Sequence[TrainerHook]) -> list[str]:
-    """Each hook's class name; ``Name[i]`` (``i`` from 0) for a class registered twice."""
-    names = [type(hook).__qualname__ for hook in hooks]
-    total, seen = Counter(names), Counter[str]()
-    labels = []
-    for name in names:
-        labels.append(name if total[name] == 1 else f"{name}[{seen[name]}]")
-        seen[name] += 1
-    return labels
-
-
-def hook_settings(hooks: Sequence[TrainerHook]) -> dict[str, dict[str, Any]]:
-    """``{label: hook.resume_settings()}`` for every hook in registration order; the label
-    is the hook's class name (``Name[i]`` for the ``i``-th of a class registered twice)."""
-    return {
-        label: jsonable(hook.resume_settings())
-        for label, hook in zip(_labels(hooks), hooks, strict=True)
-    }
-
-
-def hook_setting_defaults(hooks: Sequence[TrainerHook]) -> dict[str, dict[str, Any]]:
-    """The :func:`constructor_defaults` of every hook, labelled as by :func:`hook_settings`:
-    a setting a checkpoint lacks (written before the hook had it) counts as unchanged
-    while it is at its default."""
-    return {
-        label: constructor_defaults(hook) for label, hook in zip(_labels(hooks), hooks, strict=True)
-    }
-
-
-def compare_hook_settings(
-    hooks: Sequence[TrainerHook], saved: Mapping[str, Mapping[str, Any]]
-) -> None:
-    """Raise ``SettingsMismatchError`` listing every setting of ``hooks`` that differs from
-    ``saved`` (a checkpoint's :func:`hook_settings`), naming the hook, the setting, both
-    values and the constructor call that matches the checkpoint.
-
-    A setting ``saved`` lacks (the hook gained it later) counts as unchanged while it is at
-    its constructor default; ``saved`` of other hooks (another list) is left to the state
-    check, which names both lists.
-    """
-    from epochtrain.trainer.params import SettingsMismatchError, differing_settings
-
-    own, defaults = hook_settings(hooks), hook_setting_defaults(hooks)
-    if list(own) != list(saved):
-        return
-    names, differing, fixes = [], [], []
-    for label, settings in own.items():
-        changed = differing_settings(settings, saved[label], defaults[label])
-        names += [f"hooks.{label}.{key}" for key, _, _ in changed]
-        differing += [f"{label}.{key}: saved {then!r}, now {now!r}" for key, then, now in changed]
-        arguments = dict.fromkeys(key.partition(".")[0] for key, _, _ in changed)  # nested
-        if arguments:
-            args = ", ".join(f"{name}={saved[label].get(name)!r}" for name in arguments)
-            fixes.append(f"{label.partition('[')[0]}({args})")
-    if differing:
-        detail = "; ".join(differing)
-        raise SettingsMismatchError(
-            f"the checkpoint was written by a run with other hook settings ({detail}): build "
-            f"the hooks as the checkpointed run did ({', '.join(fixes)}), or start a new run; "
-            "nothing was restored",
-            names,
-            detail,
-        )
 
 
 def online_collector(trainer: BaseTrainer[Any], hook: str) -> Collector:

@@ -23,6 +23,7 @@ from epochtrain.data.collector import Collector
 from epochtrain.dataset import dataset_fingerprint
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
+from epochtrain.trainer.hooks import call_callback
 from epochtrain.trainer.params import OfflineParams, TrainerParams
 
 __all__ = ["OfflineTrainer", "check_dataset_spaces", "check_dataset_values"]
@@ -192,7 +193,7 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
 
     def _training_step(self) -> int:
         if self.train_fn is not None:
-            self.train_fn(self.state.epoch, self.state.env_step)
+            call_callback("train_fn", self.train_fn, self.state.epoch, self.state.env_step)
         self._ops.call("pre_optim_steps")
         self.policy_update_fn(None)
         self._ops.call("post_steps")

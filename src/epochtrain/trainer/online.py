@@ -24,6 +24,7 @@ from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.logger import BaseLogger
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
+from epochtrain.trainer.hooks import call_callback
 from epochtrain.trainer.params import OnlineParams, TrainerParams
 from epochtrain.trainer.safety import on_nonfinite, with_run_context
 
@@ -129,7 +130,7 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
 
     def _training_step(self) -> int:
         if self.train_fn is not None:
-            self.train_fn(self.state.epoch, self.state.env_step)
+            call_callback("train_fn", self.train_fn, self.state.epoch, self.state.env_step)
         self.policy.set_progress(self.state.env_step)
         if self.params.step_per_collect is not None:
             steps = self._collect(n_step=self.params.step_per_collect)
@@ -214,5 +215,5 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
             self.params.test_in_train
             and self.stop_fn is not None
             and len(train_returns) > 0
-            and bool(self.stop_fn(float(train_returns.mean())))
+            and bool(call_callback("stop_fn", self.stop_fn, float(train_returns.mean())))
         )
