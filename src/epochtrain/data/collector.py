@@ -375,6 +375,8 @@ class Collector:
         dead = dead_worker(self.env, exc)
         sub_env = failed_sub_env(self.env, exc) if dead is None else dead[0]
         env_id = env_label(self.env, sub_env)
+        if dead is not None:  # a graceful close would wait for ever for a reply already read
+            terminate_workers(self.env)
         self.close()
         if dead is not None:
             i, pid, how = dead
