@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from epochtrain import dataset as dataset_module
 from epochtrain.data import ReplayBuffer
 from epochtrain.dataset import dataset_fingerprint, record_dataset
+from tests.faults.interrupts import interrupt_at_call
 
 FS_CALLS = (
     (os, "replace"),
@@ -27,36 +26,6 @@ FS_CALLS = (
     (os, "rmdir"),
     (shutil, "rmtree"),
 )
-
-
-@contextmanager
-def interrupt_at_call(n: int, when: str) -> Iterator[list[int]]:
-    """Raise KeyboardInterrupt at the ``n``-th call of any of ``FS_CALLS`` (counted
-    together), ``"before"`` it runs or ``"after"`` it has returned or raised."""
-    count = [0]
-    originals = {(mod, name): getattr(mod, name) for mod, name in FS_CALLS}
-
-    def wrap(fn: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            count[0] += 1
-            if count[0] == n and when == "before":
-                raise KeyboardInterrupt
-            at = count[0]
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if at == n:
-                    raise KeyboardInterrupt
-
-        return wrapped
-
-    for (mod, name), fn in originals.items():
-        setattr(mod, name, wrap(fn))
-    try:
-        yield count
-    finally:
-        for (mod, name), fn in originals.items():
-            setattr(mod, name, fn)
 
 
 def tree(root: Path) -> dict[str, bytes | None]:
@@ -75,7 +44,7 @@ def interrupted_at_every_call(write: Any, check: Any, when: str) -> int:
     interrupted runs."""
     n = 1
     while True:
-        with interrupt_at_call(n, when) as count:
+        with interrupt_at_call(n, when, FS_CALLS) as count:
             try:
                 write()
             except KeyboardInterrupt:

@@ -8,50 +8,17 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from epochtrain.checkpoint import find_checkpoints, read_manifest, resolve_checkpoint
 from epochtrain.checkpoint_files import deferred_signals
 from tests.faults.envs import dqn_trainer
+from tests.faults.interrupts import interrupt_at_call
 
 ROOT = Path(__file__).resolve().parents[2]
 FS_CALLS = ((os, "replace"), (os, "fsync"), (os, "mkdir"), (shutil, "rmtree"))
-
-
-@contextmanager
-def interrupt_at_call(n: int, when: str = "before") -> Iterator[list[int]]:
-    """Raise KeyboardInterrupt at the ``n``-th call of any of ``FS_CALLS`` (counted together),
-    ``"before"`` it runs or ``"after"`` it has returned (as a signal handled as a system call
-    returns: a stop sent by another thread, which takes the GIL while this one is in one)."""
-    count = [0]
-    originals = {(mod, name): getattr(mod, name) for mod, name in FS_CALLS}
-
-    def wrap(fn: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            count[0] += 1
-            if count[0] == n and when == "before":
-                raise KeyboardInterrupt
-            at = count[0]
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if at == n:  # whether the call returned or raised (an existing dir)
-                    raise KeyboardInterrupt
-
-        return wrapped
-
-    for (mod, name), fn in originals.items():
-        setattr(mod, name, wrap(fn))
-    try:
-        yield count
-    finally:
-        for (mod, name), fn in originals.items():
-            setattr(mod, name, fn)
 
 
 def leftovers(root: Path) -> list[str]:
@@ -70,7 +37,7 @@ def test_ctrl_c_at_every_filesystem_call_of_a_save_over_a_checkpoint_keeps_one(
     next(trainer)
     n, interrupted = 1, 0
     while True:
-        with interrupt_at_call(n, when) as count:
+        with interrupt_at_call(n, when, FS_CALLS) as count:
             try:
                 trainer.save_checkpoint(path)
                 done = True
@@ -99,7 +66,7 @@ def test_ctrl_c_at_every_filesystem_call_of_a_rotation_leaves_only_complete_epoc
         trainer = dqn_trainer(max_epoch=3, checkpoint_dir=str(root), keep_last=1, keep_best=False)
         next(trainer)
         next(trainer)  # epoch 2 replaced epoch 1
-        with interrupt_at_call(n, when):
+        with interrupt_at_call(n, when, FS_CALLS):
             try:
                 next(trainer)
                 done = True

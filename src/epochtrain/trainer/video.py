@@ -175,49 +175,37 @@ def _record_checked(
     fps: int | None,
     max_steps: int | None,
 ) -> Path:
-    """:func:`record_video` once its arguments are checked."""
+    """:func:`record_video` once its arguments are checked: the episodes into ``out``,
+    whole or not at all; a video not written leaves no new folder."""
     imageio = require("imageio.v2", extra="video")
-    with removing_new_folders(out.parent):  # a video not written leaves no new folder
+    with removing_new_folders(out.parent):
         out.parent.mkdir(parents=True, exist_ok=True)
-        _write_video(imageio, policy, env_id, out, episodes, seed, obs_transform, fps, max_steps)
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame: no window, no display
+        try:
+            env = gym.make(env_id, render_mode="rgb_array")
+        except gym.error.Error as exc:
+            raise ValueError(
+                f"env_id {env_id!r} cannot be made with render_mode='rgb_array' ({exc})"
+            ) from exc
+        rate = fps if fps is not None else int(env.metadata.get("render_fps") or 30)
+        # macro_block_size=2: H.264 needs even sides; 16 (the default) would rescale CartPole
+        try:
+            with replacing(out, suffix=".mp4") as tmp:  # a video cut short never replaces one
+                writer = imageio.get_writer(tmp, fps=rate, codec="libx264", macro_block_size=2)
+                try:
+                    for episode in range(episodes):
+                        _record_episode(
+                            policy, env, writer, seed + episode, obs_transform, max_steps
+                        )
+                except OSError as exc:  # ffmpeg died: "Broken pipe" and its command line
+                    raise _unfinished(out, str(exc).split("\n", 1)[0]) from exc
+                finally:
+                    writer.close()
+                if not whole_mp4(tmp):  # imageio-ffmpeg ignores ffmpeg's exit status
+                    raise _unfinished(out, "ffmpeg could not write its end (the index)")
+        finally:
+            env.close()
     return out
-
-
-def _write_video(
-    imageio: Any,
-    policy: Actor,
-    env_id: str,
-    out: Path,
-    episodes: int,
-    seed: int,
-    obs_transform: ObsTransform | None,
-    fps: int | None,
-    max_steps: int | None,
-) -> None:
-    """The episodes of :func:`record_video` into ``out``, whole or not at all."""
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame: no window, no display
-    try:
-        env = gym.make(env_id, render_mode="rgb_array")
-    except gym.error.Error as exc:
-        raise ValueError(
-            f"env_id {env_id!r} cannot be made with render_mode='rgb_array' ({exc})"
-        ) from exc
-    rate = fps if fps is not None else int(env.metadata.get("render_fps") or 30)
-    # macro_block_size=2: H.264 needs even sides; 16 (the default) would rescale CartPole
-    try:
-        with replacing(out, suffix=".mp4") as tmp:  # a video cut short never replaces one
-            writer = imageio.get_writer(tmp, fps=rate, codec="libx264", macro_block_size=2)
-            try:
-                for episode in range(episodes):
-                    _record_episode(policy, env, writer, seed + episode, obs_transform, max_steps)
-            except OSError as exc:  # ffmpeg died: "Broken pipe" and its command line
-                raise _unfinished(out, str(exc).split("\n", 1)[0]) from exc
-            finally:
-                writer.close()
-            if not whole_mp4(tmp):  # imageio-ffmpeg ignores ffmpeg's exit status
-                raise _unfinished(out, "ffmpeg could not write its end (the index)")
-    finally:
-        env.close()
 
 
 def whole_mp4(path: str | os.PathLike[str]) -> bool:
