@@ -375,7 +375,9 @@ class Collector:
         dead = dead_worker(self.env, exc)
         sub_env = failed_sub_env(self.env, exc) if dead is None else dead[0]
         env_id = env_label(self.env, sub_env)
-        if dead is not None:  # a graceful close would wait for ever for a reply already read
+        if dead is not None or sub_env is None:
+            # a dead worker, or a failure no sub-env reported: a graceful close could wait
+            # for ever for a reply already read (no-op for envs without worker processes)
             terminate_workers(self.env)
         self.close()
         if dead is not None:

@@ -310,16 +310,19 @@ def failed_sub_env(env: Any, exc: BaseException) -> int | None:
 
 
 def dead_worker(env: Any, exc: BaseException, wait: float = 1.0) -> tuple[int, int, str] | None:
-    """For an ``AsyncVectorEnv`` whose pipe failed (``exc`` an ``EOFError`` or ``OSError``,
-    e.g. ``ConnectionResetError``, ``BrokenPipeError``): the first worker process that has
+    """For an ``AsyncVectorEnv`` that failed with ``exc``: the first worker process that has
     ended, as (sub-env index, pid, how it ended: "killed by SIGKILL", "exited with status
-    1"), or None. A process whose pipe closed may take a moment to be reaped: up to ``wait``
-    seconds are given for one to end."""
+    1"), or None. After a pipe error (``EOFError``, or an ``OSError`` such as
+    ``ConnectionResetError``, ``BrokenPipeError``) a process whose pipe closed may take a
+    moment to be reaped: up to ``wait`` seconds are given for one to end."""
     processes = list(getattr(env.unwrapped, "processes", None) or [])
-    if not processes or not isinstance(exc, EOFError | OSError):
+    if not processes:
         return None
-    if all(p.exitcode is None for p in processes):
-        multiprocessing.connection.wait([p.sentinel for p in processes], timeout=wait)
+    if isinstance(exc, EOFError | OSError) and all(p.exitcode is None for p in processes):
+        ended = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=wait)
+        for process in processes:  # its pipes close a moment before it can be reaped
+            if process.sentinel in ended:
+                process.join(timeout=wait)
     for i, process in enumerate(processes):
         code = process.exitcode
         if code is None:
