@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,6 @@ from typing import Any
 import pytest
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'epochtrain[ray]'")
-
-from ray.tune.experiment.trial import _TrialInfo  # noqa: E402
-from ray.tune.result import TRIAL_INFO  # noqa: E402
 
 from epochtrain.checkpoint import read_manifest  # noqa: E402
 from epochtrain.checkpoint_files import LOCK_FILE  # noqa: E402
@@ -33,14 +29,14 @@ from epochtrain.experiment.runs import open_trainer  # noqa: E402
 from epochtrain.extras import MissingExtraError  # noqa: E402
 from epochtrain.spec import RunSpec  # noqa: E402
 from tests.experiment.settings import FAST, results  # noqa: E402
+from tests.ray_fixtures import (  # noqa: E402
+    local_ray,  # noqa: F401  (the fixture, asked for below)
+    run_dir_trainable,
+    spec_trainable,
+    trial_info,
+)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    """One local Ray with 2 CPUs for the whole module (starting one takes seconds)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # one local Ray for the whole module
 
 
 def test_a_two_run_sweep_on_ray_equals_the_lockstep_backend(tmp_path: Path) -> None:
@@ -200,25 +196,6 @@ def test_a_sweep_rerun_after_its_driver_was_killed_continues_from_the_checkpoint
 
 
 # ----------------------------------------------------------------------- trainable
-class _Trial:
-    """The fields of a Tune trial that ``_TrialInfo`` reads, for a trainable outside Tune."""
-
-    def __init__(self, trial_id: str) -> None:
-        self.trial_id = trial_id
-        self.placement_group_factory = None
-        self.experiment_dir_name = "test"
-
-    def __str__(self) -> str:
-        return self.trial_id
-
-
-def _trainable(spec: RunSpec, trial_id: str, **space: object) -> Any:
-    from epochtrain.ray import EpochTrainable, param_space
-
-    config = {**param_space(spec, space), TRIAL_INFO: _TrialInfo(_Trial(trial_id))}
-    return EpochTrainable(config)
-
-
 def _lrs(trainable: Any) -> list[float]:
     opts = trainable.trainer.policy.optimizers.values()
     return [g["lr"] for opt in opts for g in opt.param_groups]
@@ -230,7 +207,7 @@ PPO = RunSpec.tuned("ppo", "CartPole-v1", seed=0).with_overrides(
 
 
 def test_a_step_returns_the_epoch_under_the_documented_tags_and_done_at_the_end() -> None:
-    trainable = _trainable(PPO.with_overrides({"max_epoch": 2}), "t0")
+    trainable = spec_trainable(PPO.with_overrides({"max_epoch": 2}), "t0")
     first, second = trainable.train(), trainable.train()
     assert first["done"] is False and second["done"] is True
     for tag in ("test/returns_stat/mean", "train/n_collected_steps", "info/env_step"):
@@ -251,7 +228,7 @@ def test_an_actor_set_up_for_a_run_going_on_elsewhere_leaves_its_files_alone(
     live = open_trainer(run_dir)
     list(islice(live, 3))  # checkpoint at epoch 2, epoch 3 logged after it
     written = (run_dir / "log.jsonl").read_text()
-    config = {"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial("idle"))}
+    config = {"run_dir": os.fspath(run_dir), **trial_info("idle")}
     idle = EpochTrainable(config)
     assert (run_dir / "log.jsonl").read_text() == written
     list(live)  # the live run finishes; the actor, used now, sees it finished
@@ -262,12 +239,6 @@ def test_an_actor_set_up_for_a_run_going_on_elsewhere_leaves_its_files_alone(
     idle.stop()
 
 
-def _run_dir_trainable(run_dir: Path, trial_id: str) -> Any:
-    from epochtrain.ray import EpochTrainable
-
-    return EpochTrainable({"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial(trial_id))})
-
-
 def test_a_run_that_raises_is_failed_once_with_its_own_error_and_nothing_to_save(
     tmp_path: Path,
 ) -> None:
@@ -275,7 +246,7 @@ def test_a_run_that_raises_is_failed_once_with_its_own_error_and_nothing_to_save
     # the trial was retried max_failures times with the save's error recorded instead
     specs = grid(["ppo"], ["CartPole-v1"], [0], **{**FAST, "max_epoch": 3, "lr": 1e30})
     run_dir = prepare_runs(specs, tmp_path)[0]
-    trainable = _run_dir_trainable(run_dir, "bad")
+    trainable = run_dir_trainable(run_dir, "bad")
     results = [trainable.train() for _ in range(2)]  # epoch 1, then the NaN of epoch 2
     assert results[-1]["done"] is True and results[-1]["failed"] == 1.0
     trainable.save()  # nothing to save, and no error: the trial ends as done
@@ -295,7 +266,7 @@ def test_a_run_another_sweep_is_running_is_left_to_it_not_failed(tmp_path: Path)
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         (run_dir / "checkpoints" / LOCK_FILE).write_text(json.dumps(lock))
         (run_dir / "log.jsonl").write_text('{"scope": "train", "step": 64}\n')
-        trainable = _run_dir_trainable(run_dir, "second")
+        trainable = run_dir_trainable(run_dir, "second")
         with pytest.warns(UserWarning, match="in use by another sweep"):
             result = trainable.train()
         assert result["done"] is True and result["failed"] == 0.0
@@ -311,12 +282,12 @@ def test_a_run_another_sweep_is_running_is_left_to_it_not_failed(tmp_path: Path)
 def test_reset_config_applies_the_new_learning_rate_after_the_donors_checkpoint(
     tmp_path: Path,
 ) -> None:
-    donor = _trainable(PPO, "donor", lr=1e-3)
+    donor = spec_trainable(PPO, "donor", lr=1e-3)
     donor.train()
     donor.save_checkpoint(os.fspath(tmp_path))
     assert _lrs(donor) == [1e-3]
 
-    clone = _trainable(PPO, "clone", lr=1e-3)
+    clone = spec_trainable(PPO, "clone", lr=1e-3)
     assert clone.reset_config({**clone.config, "lr": 5e-4}) is True
     clone.load_checkpoint(os.fspath(tmp_path))
     assert _lrs(clone) == [5e-4]  # not the donor's 1e-3 from the optimizer state
@@ -327,7 +298,7 @@ def test_reset_config_applies_the_new_learning_rate_after_the_donors_checkpoint(
     assert clone.trainer.spec["config"]["lr"] == 5e-4  # its checkpoints record its own lr
 
     # The same trial restored replays exactly; the clone draws streams of its own.
-    restored = _trainable(PPO, "donor", lr=1e-3)
+    restored = spec_trainable(PPO, "donor", lr=1e-3)
     restored.load_checkpoint(os.fspath(tmp_path))
     after_donor, after_restore = donor.train(), restored.train()
     assert after_restore["test/returns_stat/mean"] == after_donor["test/returns_stat/mean"]
@@ -480,8 +451,6 @@ def test_ctrl_c_before_the_first_epoch_ends_the_sweep_with_130_and_the_continue_
 
 
 def test_a_trial_reopening_a_run_counts_the_time_of_its_earlier_sessions(tmp_path: Path) -> None:
-    from epochtrain.ray import EpochTrainable
-
     specs = grid(["ppo"], ["CartPole-v1"], [0], **{**FAST, "max_epoch": 3})
     run_dir = prepare_runs(specs, tmp_path)[0]
     first = open_trainer(run_dir)
@@ -491,7 +460,7 @@ def test_a_trial_reopening_a_run_counts_the_time_of_its_earlier_sessions(tmp_pat
     saved = read_manifest(first.last_checkpoint)["total_time"]
     first.close()
     del first
-    trainable = EpochTrainable({"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial("t"))})
+    trainable = run_dir_trainable(run_dir, "t")
     assert trainable.trainer.state.epoch == 2 and trainable.wall_time == pytest.approx(saved)
     assert 0 < saved <= earlier
     assert trainable.train()["done"] is True
@@ -517,7 +486,7 @@ def test_a_spec_trial_started_over_in_its_directory_replaces_the_failed_attempts
     )
 
     def attempt() -> Any:
-        return InTrialDir({**param_space(spec), TRIAL_INFO: _TrialInfo(_Trial("t"))})
+        return InTrialDir({**param_space(spec), **trial_info("t")})
 
     failed = attempt()
     failed.train()  # epoch 1 logged, then the attempt dies before any checkpoint

@@ -101,18 +101,13 @@ def test_a_sigterm_while_the_sweep_starts_or_stops_its_ray_ends_it_as_terminated
 def test_a_trial_releases_its_runs_lock_with_the_runs_result(tmp_path: Path) -> None:
     # before: the lock was released only when Tune stopped the trial, an RPC later; a
     # driver killed meanwhile left it in the finished run (1 of 12 kill trials)
-    from ray.tune.experiment.trial import _TrialInfo
-    from ray.tune.result import TRIAL_INFO
-
     from epochtrain.experiment import grid
     from epochtrain.experiment.prepare import prepare_runs
-    from epochtrain.ray import EpochTrainable
     from tests.experiment.settings import FAST
-    from tests.test_ray import _Trial
+    from tests.ray_fixtures import run_dir_trainable
 
     run_dir = prepare_runs(grid(["ppo"], ["CartPole-v1"], [0], **FAST), tmp_path)[0]
-    config = {"run_dir": os.fspath(run_dir), TRIAL_INFO: _TrialInfo(_Trial("t"))}
-    trainable = EpochTrainable(config)
+    trainable = run_dir_trainable(run_dir, "t")
     first = trainable.train()
     assert first["done"] is False and (run_dir / "checkpoints" / ".lock").exists()
     last = trainable.train()

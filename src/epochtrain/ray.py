@@ -24,7 +24,7 @@ import time
 import warnings
 import zlib
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -64,12 +64,14 @@ from epochtrain.logger.tags import (  # noqa: E402
 from epochtrain.spec import RunSpec  # noqa: E402
 from epochtrain.spec_data import warn_ignored  # noqa: E402
 from epochtrain.stats import EpochStats  # noqa: E402
+from epochtrain.trainer.safety import last_checkpoint_text  # noqa: E402
 
 __all__ = [
     "EpochTrainable",
     "epoch_result",
     "param_space",
     "spec_from_config",
+    "stored_checkpoint_text",
 ]
 
 SPEC_KEY = "spec"
@@ -172,6 +174,7 @@ class EpochTrainable(tune.Trainable):
         self._begun = False  # step has run an epoch of this config
         self.wall_time = 0.0
         """Seconds this run has spent in ``next(trainer)`` (a restored trial's included)."""
+        self._remote_checkpoint: str | None = None  # where Tune stored the last, if remote
 
     def cleanup(self) -> None:
         """Close the trainer, if built (its envs, then its loggers; a run directory's lock is
@@ -232,6 +235,7 @@ class EpochTrainable(tune.Trainable):
             stats = None
         except Exception as exc:
             if self.run_dir is None:
+                self._name_remote_checkpoint(exc)
                 raise
             return self._end(exc)
         self.wall_time += time.perf_counter() - start
@@ -284,10 +288,48 @@ class EpochTrainable(tune.Trainable):
                 self._trainer.last_checkpoint = kept
             raise
         if self._trainer is not None and not self._ended:
-            stored = _stored_copy(saved.checkpoint)
-            own = kept is not None and self.run_dir is not None
-            self._trainer.last_checkpoint = kept if own or stored is None else stored
+            if kept is not None and self.run_dir is not None:
+                self._trainer.last_checkpoint = kept  # the run directory's own
+            else:
+                self._follow_stored(saved.checkpoint)
         return saved
+
+    def restore(self, checkpoint_path: Any) -> None:
+        """Tune's restore (``checkpoint_path`` as Tune passes it: a ``save`` result, a
+        ``ray.tune.Checkpoint`` or a directory). A trainer that then names a checkpoint
+        that is gone (Tune's download of a remote one, deleted once loaded) names Tune's
+        stored one instead (:meth:`save`)."""
+        super().restore(checkpoint_path)
+        last = None if self._trainer is None else self._trainer.last_checkpoint
+        if self._ended or last is None or last.exists():  # its own, or a local stored copy
+            return
+        if isinstance(checkpoint_path, str):
+            checkpoint: Any = tune.Checkpoint.from_directory(checkpoint_path)
+        else:
+            checkpoint = getattr(checkpoint_path, "checkpoint", checkpoint_path)
+        self._follow_stored(checkpoint)
+
+    def _follow_stored(self, checkpoint: Any) -> None:
+        """Make Tune's stored ``checkpoint`` the trainer's last: its path when it is on this
+        node's file system, else none there, and its remote location for the error of a
+        failed trial (:meth:`_name_remote_checkpoint`)."""
+        stored = _stored_copy(checkpoint)
+        self._trainer.last_checkpoint = stored
+        self._remote_checkpoint = None if stored is not None else stored_checkpoint_text(checkpoint)
+
+    def _name_remote_checkpoint(self, exc: Exception) -> None:
+        """Name the remote stored checkpoint in ``exc``, the error of a ``"spec"`` trial, in
+        place of the trainer's "no checkpoint was written or loaded yet" (it knows only
+        checkpoints on this node), or in a note when the message does not say that."""
+        trainer, remote = self._trainer, self._remote_checkpoint
+        if trainer is None or remote is None or trainer.last_checkpoint is not None:
+            return
+        nothing = last_checkpoint_text(trainer)
+        if len(exc.args) == 1 and isinstance(exc.args[0], str) and nothing in exc.args[0]:
+            exc.args = (exc.args[0].replace(nothing, remote),)
+            if remote in str(exc):
+                return
+        exc.add_note(f"epochtrain: {remote}")
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         """Write our checkpoint into ``checkpoint_dir`` (Tune persists it); nothing for a
@@ -354,6 +396,47 @@ def _stored_copy(checkpoint: Any) -> Path | None:
     if getattr(checkpoint.filesystem, "type_name", None) != "local":
         return None
     return Path(checkpoint.path) / _CHECKPOINT
+
+
+_URI_SCHEMES = {"s3": "s3", "gcs": "gs", "hdfs": "hdfs", "abfs": "abfs"}
+"""URI scheme of each pyarrow file system ``type_name`` a Tune ``storage_path`` resolves to."""
+
+
+def _uri(filesystem: Any, path: str) -> str | None:
+    """``path`` on the pyarrow ``filesystem`` as a URI (``s3://bucket/key``), ``None`` for
+    a file system of no known scheme."""
+    scheme = _URI_SCHEMES.get(str(getattr(filesystem, "type_name", "")))
+    if scheme is not None:
+        return f"{scheme}://{path.lstrip('/')}"
+    fsspec_fs = getattr(getattr(filesystem, "handler", None), "fs", None)  # PyFileSystem
+    unstrip = getattr(fsspec_fs, "unstrip_protocol", None)
+    return str(unstrip(path)) if callable(unstrip) else None
+
+
+def stored_checkpoint_text(checkpoint: Any) -> str:
+    """What the error of a failed ``"spec"`` trial says of its last checkpoint when Tune
+    stored it off this node (a ``ray.tune.Checkpoint`` on an ``s3://``, ``gs://``, ...
+    ``storage_path``): where it is, and the two ways to resume from it."""
+    filesystem, path = checkpoint.filesystem, str(checkpoint.path).rstrip("/")
+    ours = f"{path}/{_CHECKPOINT}"
+    parents = PurePosixPath(path).parents  # <experiment>/<trial>/checkpoint_00000N
+    experiment_path = parents[1] if len(parents) > 1 else PurePosixPath(path)
+    uri, tunes = _uri(filesystem, ours), _uri(filesystem, path)
+    experiment = _uri(filesystem, str(experiment_path))
+    if uri is None or tunes is None or experiment is None:
+        kind = getattr(filesystem, "type_name", type(filesystem).__name__)
+        return (
+            f"the last good checkpoint is not on this node: it is {ours!r} on the {kind!r} file "
+            "system of Tune's storage_path; copy that directory to this node and pass the copy "
+            "as resume_from, or resume the trial with ray.tune.Tuner.restore(<storage_path>/"
+            f"{experiment_path.name}, EpochTrainable, resume_errored=True)"
+        )
+    return (
+        f"the last good checkpoint is not on this node: it is {uri!r} in Tune's storage_path; "
+        f"copy it here (pyarrow.fs.copy_files({tunes!r}, 'checkpoint')) and pass "
+        f"resume_from='checkpoint/{_CHECKPOINT}', or resume the trial with "
+        f"ray.tune.Tuner.restore({experiment!r}, EpochTrainable, resume_errored=True)"
+    )
 
 
 def _take_over_lock(checkpoint_dir: Path) -> None:

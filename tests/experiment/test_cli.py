@@ -274,3 +274,29 @@ def test_a_spec_file_swept_on_another_env_takes_that_envs_tuned_settings_it_leav
     assert cartpole.stop_at == tuned.stop_at == 475.0 and acrobot.stop_at == -100.0
     assert cartpole.trainer == tuned.trainer and cartpole.num_envs == tuned.num_envs == 8
     assert acrobot == RunSpec.from_file(file).with_overrides({"seed": 0})
+
+
+def test_compare_seeds_leaves_out_another_seed_of_other_settings_and_names_unknown_seeds(
+    tmp_path: Path, experiment_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from epochtrain.spec import RunSpec
+
+    out = Path(shutil.copytree(experiment_dir, tmp_path / "exp"))
+    spec = out / "a2c-CartPole-v1-s1" / "spec.toml"  # a run of 3 epochs copied in by hand
+    RunSpec.from_file(spec).with_overrides({"max_epoch": 3}).to_file(spec)
+    common = ["compare", str(out), "--reps", "100", "--random", "CartPole-v1=20"]
+    assert run_compare(parse(common)) == 2
+    assert "different settings (trainer.max_epoch: 2 there, 3 here)" in capsys.readouterr().err
+    # before: refused with the same error, as the seeds were chosen after every run was read
+    assert run_compare(parse([*common, "--seeds", "0"])) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| CartPole-v1 |")]
+    assert [row.split(" | ")[1] for row in rows[:2]] == ["ppo", "a2c"]
+    assert all(row.endswith("| 1 |") for row in rows[:2])
+    assert run_compare(parse([*common, "--seeds", "0", "4-5"])) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == "epochtrain compare: error: --seeds [4, 5]: the experiment has seeds [0, 1]; "
+        "choose among them\n"
+    )

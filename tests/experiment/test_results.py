@@ -17,6 +17,7 @@ import pytest
 from epochtrain.experiment import grid, load_experiment, run_experiment
 from epochtrain.experiment.results import Experiment, RunResult
 from epochtrain.experiment.runs import read_test_curve
+from epochtrain.spec import RunSpec
 from tests.experiment.settings import FAST
 
 CURVE = np.array([1.0]), np.array([5.0])
@@ -145,3 +146,33 @@ def test_directories_merge_only_runs_that_differ_in_their_seed(tmp_path: Path) -
         ValueError, match=r"runs ppo-CartPole-v1-s1 in .* and ppo-CartPole-v1-s2 in"
     ):
         load_experiment(tmp_path / "b", tmp_path / "c")
+
+
+def test_seeds_choose_the_runs_before_they_are_compared_so_another_seeds_settings_do_not_matter(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "exp"
+    run_experiment(grid(["ppo"], ["CartPole-v1"], [0, 1, 2], **FAST), out, show_progress=False)
+    other = out / "ppo-CartPole-v1-s2"  # copied in by hand from a sweep of 3 epochs
+    RunSpec.from_file(other / "spec.toml").with_overrides({"max_epoch": 3}).to_file(
+        other / "spec.toml"
+    )
+    with pytest.raises(ValueError, match=r"different settings \(trainer.max_epoch: 2 there, 3"):
+        load_experiment(out)
+    (other / "result.json").write_text("{damaged")  # a run left out is not read either
+    # before: the same error, as every run was read and compared before the seeds were chosen
+    chosen = load_experiment(out, seeds=[1, 0])
+    assert [(r.run_id, r.status) for r in chosen.runs] == [
+        ("ppo-CartPole-v1-s0", "finished"),
+        ("ppo-CartPole-v1-s1", "finished"),
+    ]
+    assert chosen.scores()[0]["ppo"].shape == (2, 1)
+    assert [r.seed for r in load_experiment(out, seeds=range(2)).runs] == [0, 1]
+    with pytest.raises(ValueError, match=r"^seeds \[7\]: the experiment has seeds \[0, 1, 2\]"):
+        load_experiment(out, seeds=[0, 7])
+    with pytest.raises(ValueError, match=r"^--seeds \[7\]: the experiment has seeds \[0, 1, 2\]"):
+        load_experiment(out, seeds=[7], seeds_name="--seeds")
+    not_seeds: list[Any] = [[-1], ["0"], [True], [], 3]
+    for bad in not_seeds:
+        with pytest.raises(ValueError, match=r"^seeds must be a (non-empty )?list of ints >= 0"):
+            load_experiment(out, seeds=bad)

@@ -379,14 +379,12 @@ def _check_reps(reps: int) -> int:
     return reps
 
 
-def _chosen(
-    experiment: Experiment, envs: list[str] | None, algos: list[str] | None, seeds: list[int] | None
-) -> Experiment:
-    """The runs of ``experiment`` on ``envs``, of ``algos`` and ``seeds`` (``None``: all)."""
+def _chosen(experiment: Experiment, envs: list[str] | None, algos: list[str] | None) -> Experiment:
+    """The runs of ``experiment`` on ``envs`` and of ``algos`` (``None``: all); ``--seeds``
+    is applied as the runs are read (:func:`~epochtrain.experiment.load_experiment`)."""
     for option, wanted, present in (
         ("--env", envs, experiment.envs),
         ("--algo", algos, experiment.algos),
-        ("--seeds", seeds, sorted({r.seed for r in experiment.runs})),
     ):
         unknown = [w for w in wanted or [] if w not in present]
         if unknown:
@@ -394,9 +392,7 @@ def _chosen(
     runs = tuple(
         r
         for r in experiment.runs
-        if (envs is None or r.env_id in envs)
-        and (algos is None or r.algo in algos)
-        and (seeds is None or r.seed in seeds)
+        if (envs is None or r.env_id in envs) and (algos is None or r.algo in algos)
     )
     return Experiment(runs)
 
@@ -426,7 +422,9 @@ def run_compare(args: argparse.Namespace) -> int:
         reference = _env_values(args.reference, "--reference")
         random = _env_values(args.random, "--random")
         seeds = None if args.seeds is None else parse_seeds(args.seeds)
-        experiment = _chosen(load_experiment(*args.paths), args.env, args.algo, seeds)
+        experiment = _chosen(
+            load_experiment(*args.paths, seeds=seeds, seeds_name="--seeds"), args.env, args.algo
+        )
         _check_complete(experiment)
         _check_env_values(experiment, reference, random)
         out_dir = None if args.out is None else Path(args.out)

@@ -16,7 +16,7 @@ import importlib
 import math
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -329,9 +329,8 @@ def _own_spec(run_dir: Path) -> RunSpec:
     return spec
 
 
-def _load_run(run_dir: Path) -> tuple[RunResult, dict[str, Any]]:
-    """The run in ``run_dir`` and the settings of its sample (:func:`sample_settings`)."""
-    spec = _own_spec(run_dir)
+def _load_run(run_dir: Path, spec: RunSpec) -> tuple[RunResult, dict[str, Any]]:
+    """The run ``spec`` in ``run_dir`` and the settings of its sample (:func:`sample_settings`)."""
     result_path = run_dir / RESULT_FILE
     if result_path.is_file():
         return _read_result(result_path, run_dir, spec), sample_settings(spec)
@@ -351,16 +350,68 @@ def _load_run(run_dir: Path) -> tuple[RunResult, dict[str, Any]]:
     return run, sample_settings(spec)
 
 
-def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str]) -> Experiment:
+def _check_seeds(seeds: Iterable[int] | None, name: str) -> list[int] | None:
+    """``seeds`` as a list of distinct ints >= 0 (``None`` stays ``None``), else a
+    ``ValueError`` naming ``name``."""
+    if seeds is None:
+        return None
+    if isinstance(seeds, str | bytes) or not isinstance(seeds, Iterable):
+        raise ValueError(f"{name} must be a list of ints >= 0, e.g. [0, 1, 2], got {seeds!r}")
+    wanted = list(seeds)
+    bad = [s for s in wanted if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    if bad or not wanted:
+        got = f"{bad} in {wanted}" if bad else "none"
+        raise ValueError(f"{name} must be a non-empty list of ints >= 0, e.g. [0, 1, 2], got {got}")
+    return list(dict.fromkeys(wanted))
+
+
+def _listed_runs(root: Path) -> list[tuple[Path, RunSpec]]:
+    """Each run that ``root/experiment.json`` lists, as its directory and its spec."""
+    index = root / EXPERIMENT_FILE
+    if not index.is_file():
+        raise ValueError(
+            f"{os.fspath(root)!r} is not an experiment directory (no {EXPERIMENT_FILE}): "
+            "pass the --out directory of `epochtrain sweep` or of run_experiment"
+        )
+    listed: list[tuple[Path, RunSpec]] = []
+    for run_id in read_index(index):
+        run_dir = root / run_id
+        if not run_dir.exists():
+            raise ValueError(
+                f"{os.fspath(index)!r} lists run {run_id!r} but its directory "
+                f"{os.fspath(run_dir)!r} is gone: re-run the sweep (with its seed, to "
+                "start it again; without, to drop it from the list)"
+            )
+        if not (run_dir / SPEC_FILE).is_file():
+            raise ValueError(
+                f"{os.fspath(index)!r} lists run {run_id!r} but {os.fspath(run_dir)!r} "
+                f"has no {SPEC_FILE}: the directory is incomplete"
+            )
+        listed.append((run_dir, _own_spec(run_dir)))
+    return listed
+
+
+def load_experiment(
+    path: str | os.PathLike[str],
+    *more: str | os.PathLike[str],
+    seeds: Iterable[int] | None = None,
+    seeds_name: str = "seeds",
+) -> Experiment:
     """Read the experiment written by :func:`~epochtrain.experiment.run_experiment` to
     ``path`` (and to each of ``more``, merged; a run id may appear only once).
 
-    Every file is checked before a run is returned (``ValueError`` naming the file, what it
-    says and the fix): ``experiment.json`` lists plain run ids, once each; each run's
-    ``spec.toml`` and ``result.json`` are of the run their directory is named after; and
-    the runs of an algorithm on an env differ only in their seed, within a directory as
+    ``seeds`` (default: all) keeps only the runs of those seeds; each must be the seed of a
+    listed run, else a ``ValueError`` naming ``seeds_name`` (``--seeds`` from the command
+    line) and the seeds there are. The other runs are left out before their results are read
+    or compared, so a seed of other settings does not stop a comparison of the rest.
+
+    Every file of a run kept is checked before a run is returned (``ValueError`` naming the
+    file, what it says and the fix): ``experiment.json`` lists plain run ids, once each; each
+    run's ``spec.toml`` and ``result.json`` are of the run their directory is named after;
+    and the runs of an algorithm on an env differ only in their seed, within a directory as
     across directories, as they are pooled as one sample.
     """
+    wanted = _check_seeds(seeds, seeds_name)
     roots = [Path(directory) for directory in (path, *more)]
     resolved = [root.resolve() for root in roots]
     again = [os.fspath(r) for i, r in enumerate(roots) if resolved[i] in resolved[:i]]
@@ -368,40 +419,27 @@ def load_experiment(path: str | os.PathLike[str], *more: str | os.PathLike[str])
         raise ValueError(
             f"experiment directories {again} are given more than once: give each directory once"
         )
-    loaded: list[tuple[RunResult, dict[str, Any]]] = []
-    for root in roots:
-        index = root / EXPERIMENT_FILE
-        if not index.is_file():
+    listed = [run for root in roots for run in _listed_runs(root)]
+    if not listed:
+        raise ValueError(f"{os.fspath(path)!r} lists no runs")
+    if wanted is not None:
+        present = sorted({spec.seed for _, spec in listed})
+        unknown = [seed for seed in wanted if seed not in present]
+        if unknown:
             raise ValueError(
-                f"{os.fspath(root)!r} is not an experiment directory (no {EXPERIMENT_FILE}): "
-                "pass the --out directory of `epochtrain sweep` or of run_experiment"
+                f"{seeds_name} {unknown}: the experiment has seeds {present}; choose among them"
             )
-        for run_id in read_index(index):
-            run_dir = root / run_id
-            if not run_dir.exists():
-                raise ValueError(
-                    f"{os.fspath(index)!r} lists run {run_id!r} but its directory "
-                    f"{os.fspath(run_dir)!r} is gone: re-run the sweep (with its seed, to "
-                    "start it again; without, to drop it from the list)"
-                )
-            if not (run_dir / SPEC_FILE).is_file():
-                raise ValueError(
-                    f"{os.fspath(index)!r} lists run {run_id!r} but {os.fspath(run_dir)!r} "
-                    f"has no {SPEC_FILE}: the directory is incomplete"
-                )
-            loaded.append(_load_run(run_dir))
-    runs = [run for run, _ in loaded]
-    ids = [r.run_id for r in runs]
+        listed = [(run_dir, spec) for run_dir, spec in listed if spec.seed in wanted]
+    ids = [spec.run_id for _, spec in listed]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:  # each directory lists a run once, and a run's files name its directory
         raise ValueError(
             f"runs {duplicates} appear in more than one experiment directory: "
             "compare directories of different runs"
         )
-    if not runs:
-        raise ValueError(f"{os.fspath(path)!r} lists no runs")
+    loaded = [_load_run(run_dir, spec) for run_dir, spec in listed]
     _check_one_sample(loaded)
-    return Experiment(tuple(runs))
+    return Experiment(tuple(run for run, _ in loaded))
 
 
 def _check_one_sample(loaded: list[tuple[RunResult, dict[str, Any]]]) -> None:
