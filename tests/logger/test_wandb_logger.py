@@ -222,13 +222,29 @@ def test_online_without_a_valid_api_key_is_refused_at_construction(
 
 
 def test_a_process_set_up_offline_needs_no_key_unless_online_is_asked_for(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    make(tmp_path).close()  # W&B set up offline in this process (WANDB_MODE)
-    monkeypatch.delenv("WANDB_MODE")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    WandbLogger(project="tests", dir=tmp_path)  # runs offline, as W&B would
-    with pytest.raises(ValueError, match="set up offline in this process"):
-        WandbLogger(project="tests", dir=tmp_path, mode="online")
+    # A process of its own: W&B reads its mode from the environment once per process, when
+    # it is first set up. In the test runner's process that may have happened in an earlier
+    # test, or not at all (then this test set W&B up online, with no key, and failed alone).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env |= {"HOME": str(tmp_path), "NETRC": str(tmp_path / "netrc"), "WANDB_SILENT": "true"}
+    env |= {"WANDB_MODE": "offline", "WANDB_CONSOLE": "off"}
+    script = f"""
+import os
+from epochtrain.logger import WandbLogger
+with WandbLogger(project="tests", dir={str(tmp_path)!r}) as first:
+    first.log_data("info", 1, {{"info/epoch": 1.0}})  # starts a run: W&B is set up offline
+del os.environ["WANDB_MODE"]
+WandbLogger(project="tests", dir={str(tmp_path)!r}).close()  # runs offline, as W&B would
+try:
+    WandbLogger(project="tests", dir={str(tmp_path)!r}, mode="online")
+except ValueError as exc:
+    print("refused:", exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: mode 'online'" in done.stdout
+    assert "set up offline in this process" in done.stdout

@@ -5,7 +5,13 @@ See ``docs/logging.md`` for the interval units and the table of every tag, and
 ``wandb`` or ``mlflow``: their loggers import them when built.
 """
 
-from epochtrain.logger.base import BaseLogger, ExistingRecordsError, LazyLogger, LoggerResumeError
+from epochtrain.logger.base import (
+    BaseLogger,
+    ExistingRecordsError,
+    LazyLogger,
+    LoggerClosedError,
+    LoggerResumeError,
+)
 from epochtrain.logger.csv import CSV_HEADER, CSVLogger
 from epochtrain.logger.file import LineFileLogger
 from epochtrain.logger.jsonl import JSONLLogger
@@ -32,6 +38,7 @@ __all__ = [
     "JSONLLogger",
     "LazyLogger",
     "LineFileLogger",
+    "LoggerClosedError",
     "LoggerResumeError",
     "MLflowLogger",
     "MultiLogger",

@@ -32,6 +32,7 @@ __all__ = [
     "BaseLogger",
     "ExistingRecordsError",
     "LazyLogger",
+    "LoggerClosedError",
     "LoggerResumeError",
     "warn_added",
 ]
@@ -72,6 +73,13 @@ class ExistingRecordsError(ValueError):
         """What is already there, e.g. ``"path 'run/log.jsonl' already holds 3 records"``."""
 
 
+class LoggerClosedError(ValueError):
+    """A logger that was closed (:meth:`BaseLogger.close`) was given to a trainer or asked
+    to record: it cannot write, since its file, event writer or tracking run is released.
+    The message names the logger (kind and destination) and who closed it; the fix is a
+    new logger. Raised before anything is written."""
+
+
 def _check_interval(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -99,7 +107,8 @@ class BaseLogger(Closing, ABC):
     A logger that was not restored is a *new run*: before its first record it checks its
     destination (:meth:`check_new_run`) and raises :class:`ExistingRecordsError` if another
     run's records are already there, instead of mixing the two runs. Loggers are context
-    managers; leaving the ``with`` block calls :meth:`close`.
+    managers; leaving the ``with`` block calls :meth:`close`. A closed logger stays closed:
+    a trainer given it, and every record asked of it, raise :class:`LoggerClosedError`.
     """
 
     def __init__(
@@ -118,6 +127,7 @@ class BaseLogger(Closing, ABC):
         self._restored = False  # load_state_dict was called: a resume, not a new run
         self._begun = False  # the first record was (or is being) written
         self._user: weakref.ReferenceType[object] | None = None  # the trainer logging here
+        self._closed = False  # close() was called: every record is refused from then on
         self._closed_with: str | None = None  # the kind of trainer whose close() closed it
 
     @abstractmethod
@@ -163,6 +173,7 @@ class BaseLogger(Closing, ABC):
         image, W&B the video, MLflow the file as an artifact.
         """
         video_scope(tag)
+        self.check_open()
 
     def _mark_written(self, scope: Scope, step: int) -> None:
         last = self._written[scope]
@@ -223,11 +234,41 @@ class BaseLogger(Closing, ABC):
 
     def _close_with(self, user: object) -> None:
         """Close this logger as ``user`` (a trainer) closes, remembering it for the error
-        of a trainer given it later (a closed logger cannot write)."""
+        of a trainer given it later (a closed logger cannot write); a part its user
+        closed before keeps that as the reason."""
         for part in self._parts():
-            if not isinstance(part, LazyLogger):
+            if not isinstance(part, LazyLogger) and not part._closed:
                 part._closed_with = type(user).__name__
         self.close()
+
+    def check_open(self, label: str | None = None) -> None:
+        """Raise :class:`LoggerClosedError` if this logger, or one it forwards to, was
+        closed: it cannot write. ``label`` is the argument the logger was given as
+        (``"logger"``), named at the start of the error. A trainer checks it when given the
+        logger, before any work; every record checks it first (a logger closed mid-run). A
+        closed :class:`LazyLogger` records nothing anyway and passes."""
+        for part in self._parts():
+            if part._closed and not isinstance(part, LazyLogger):
+                raise LoggerClosedError(self._closed_message(part, label))
+
+    def _closed_message(self, part: BaseLogger, label: str | None) -> str:
+        inside = "" if part is self else f" (inside {self._describe()})"
+        how = (
+            f"by the close() of the {part._closed_with} it logged for"
+            if part._closed_with is not None
+            else "by a direct close() call"
+        )
+        head = f"{part._describe()}{inside} was closed {how}, so it cannot write: "
+        again = (
+            f"a new {part.kind} on the same destination with resume_from=<the run's "
+            "checkpoint> continues a checkpointed run there"
+        )
+        if label is not None:
+            return f"{label}: this {head}give the trainer a new logger ({again})"
+        return (
+            f"{head}close a trainer's logger through the trainer (trainer.close() closes it "
+            f"when the run is over), and build a new logger for more records ({again})"
+        )
 
     def _release(self, user: object) -> None:
         """Undo :meth:`_claim` for the parts ``user`` holds (a trainer's close or reset)."""
@@ -262,7 +303,9 @@ class BaseLogger(Closing, ABC):
         destination (:func:`match_states`); if there is none, it was added on resume and
         starts fresh, holding the run's records from the resumed steps on (a warning says
         so). A state without ``"written"`` (older) takes the last logged steps as the position.
+        A closed logger raises :class:`LoggerClosedError` (it could not continue the run).
         """
+        self.check_open()
         states = logger_states(state)
         own = match_states([self], states)[0]
         if own is None:
@@ -285,7 +328,9 @@ class BaseLogger(Closing, ABC):
         restored with :meth:`load_state_dict`) where another run's records already are;
         changes nothing (a :class:`~epochtrain.logger.WandbLogger` given a ``run_id``
         starts its W&B run to ask it). Every logger calls it before its first record; call
-        it before the first epoch to have the error before any work."""
+        it before the first epoch to have the error before any work. A closed logger
+        raises :class:`LoggerClosedError`."""
+        self.check_open()
         if not self._restored and not self._begun:
             earlier = self._earlier_records()
             if earlier is not None:
@@ -298,7 +343,9 @@ class BaseLogger(Closing, ABC):
         return None
 
     def _begin(self) -> None:
-        """Before the first record: a new run checks its destination, then prepares it."""
+        """Before every record: refuse a closed logger; before the first, a new run checks
+        its destination, then prepares it."""
+        self.check_open()
         if not self._begun:
             if not self._restored:
                 self.check_new_run()
@@ -345,10 +392,14 @@ class BaseLogger(Closing, ABC):
         return describe_state({"kind": self.kind, "destination": self.destination})
 
     def flush(self) -> None:  # optional: loggers that buffer override it
-        """Write anything buffered to its destination now (the trainer calls it per epoch)."""
+        """Write anything buffered to its destination now (the trainer calls it per epoch);
+        nothing once closed."""
 
-    def close(self) -> None:  # optional: loggers without resources skip it
-        """Flush and release resources; safe to call more than once."""
+    def close(self) -> None:
+        """Flush and release resources; safe to call more than once. From then on the logger
+        refuses records (:meth:`check_open`). Subclasses that hold resources override it,
+        calling ``super().close()``."""
+        self._closed = True
 
 
 class LazyLogger(BaseLogger):

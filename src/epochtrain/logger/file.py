@@ -137,6 +137,7 @@ class LineFileLogger(BaseLogger, ABC):
     def close(self) -> None:
         """Close the file (every record is already flushed; after a write that failed, the
         rest of its line is dropped: that error was raised already)."""
+        super().close()
         if self._write_failed:
             with suppress(OSError):
                 self._file.close()

@@ -143,7 +143,6 @@ class MLflowLogger(BaseLogger):
             "artifact_location": artifact_location,
         }
         self._held: dict[str, int] = {}  # tag -> last step the run holds
-        self._closed = False
         self._run_id: str | None = self._continue(run_id) if run_id is not None else None
 
     @property
@@ -283,7 +282,7 @@ class MLflowLogger(BaseLogger):
         """Upload ``artifact_dir`` (if set and present), end the run; safe to call twice."""
         if self._closed:
             return
-        self._closed = True
+        super().close()
         if self._run_id is None:
             return  # nothing was logged: no run was created
         if self.artifact_dir is not None and self.artifact_dir.is_dir():

@@ -78,14 +78,20 @@ class MultiLogger(BaseLogger):
             raise first
 
     def check_new_run(self) -> None:
-        """Check every logger (the first refusal is raised after all were checked)."""
+        """Check every logger (the first refusal is raised after all were checked); one
+        that is closed is refused first, naming it (:meth:`check_open`)."""
+        self.check_open()
         self._each(lambda logger: logger.check_new_run())
 
     def _begin(self) -> None:
         # every logger is checked before any of them writes; each then begins on its own
+        self.check_open()
         if not self._begun:
             self.check_new_run()
             self._begun = True
+
+    def _describe(self) -> str:
+        return f"{self.kind}({', '.join(logger._describe() for logger in self.loggers)})"
 
     def _parts(self) -> tuple[BaseLogger, ...]:
         return (self, *(part for logger in self.loggers for part in logger._parts()))
@@ -119,6 +125,7 @@ class MultiLogger(BaseLogger):
         by kind and destination, not by position: a logger that was dropped on resume is
         ignored, one that was added starts fresh (a warning says so). One that fails does
         not keep the others from being restored (the first error is raised after them)."""
+        self.check_open()
         states = logger_states(state)
         matched = self._matched(state)
         warn_added(
@@ -135,6 +142,7 @@ class MultiLogger(BaseLogger):
     def close(self) -> None:
         """Close every logger. Once a call raised (a full disk), an ``OSError`` of closing
         is not raised: the first error said it, and a second would replace it."""
+        super().close()
         if self._failed:
             for logger in self.loggers:
                 with suppress(OSError):

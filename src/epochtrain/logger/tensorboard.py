@@ -86,12 +86,12 @@ class TensorboardLogger(BaseLogger):
         self._max_queue, self._flush_secs = max_queue, flush_secs
         self._writer: SummaryWriter | None = None
         self._records: _GuardedRecords | None = None
-        self._closed = False
 
     @property
     def writer(self) -> SummaryWriter:
         """torch's ``SummaryWriter``, created (with its event file) on first use."""
         if self._writer is None:
+            self.check_open()  # a closed logger opens no second event file
             self._writer = SummaryWriter(
                 log_dir=os.fspath(self.logdir),
                 max_queue=self._max_queue,
@@ -216,7 +216,7 @@ class TensorboardLogger(BaseLogger):
     def close(self) -> None:
         """Flush and close the event file; safe to call more than once."""
         if not self._closed:
-            self._closed = True
+            super().close()
             if self._writer is not None:
                 reported = self._records is not None and self._records.error is not None
                 self._writer.close()

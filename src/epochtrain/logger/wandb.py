@@ -139,7 +139,6 @@ class WandbLogger(BaseLogger):
         self._held: dict[str, float] = {}  # tag -> last step the run holds (local files)
         self._scope_floor: dict[Scope, float] = {}  # scope -> last step, from the summary
         self._earlier_config: dict[str, Any] = {}  # config of the run's earlier processes
-        self._closed = False
 
     def _check_login(self, *, explicit: bool) -> None:
         """Online, W&B needs an API key; find it now (or ask for it, in a terminal) rather
@@ -159,8 +158,7 @@ class WandbLogger(BaseLogger):
     def run(self) -> Any:
         """The ``wandb.Run``, started on first use (with the step metrics defined)."""
         if self._run is None:
-            if self._closed:
-                raise RuntimeError("the WandbLogger is closed; build a new one for a new run")
+            self.check_open()  # a closed logger starts no run
             self._run = self._wandb.init(
                 id=self.run_id, resume=self._resume, reinit="create_new", **self._init_kwargs
             )
@@ -292,4 +290,4 @@ class WandbLogger(BaseLogger):
         """Finish the W&B run (uploads the rest when online); safe to call more than once."""
         if self._run is not None and not self._closed:
             self._run.finish()
-        self._closed = True
+        super().close()

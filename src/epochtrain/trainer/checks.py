@@ -224,7 +224,7 @@ def check_logger_free(logger: BaseLogger, trainer: object | None, label: str) ->
     """Refuse ``logger`` (the argument ``label``) if it, or a logger it forwards to, logs
     for a live trainer other than ``trainer``: two runs logged into one logger drop each
     other's records (the later one's steps are already written); or if a trainer's
-    ``close()`` closed it (a closed logger cannot write). A
+    ``close()`` closed it, or its user did (a closed logger cannot write). A
     :class:`~epochtrain.logger.LazyLogger` records nothing and may be shared; a trainer
     that was garbage-collected without ``close()`` releases its logger."""
     closed = logger._closed_by()
@@ -235,6 +235,7 @@ def check_logger_free(logger: BaseLogger, trainer: object | None, label: str) ->
             "logged for, so it cannot write: give this trainer a new logger (to continue "
             "that run: a new logger on the same path, and resume_from=<its checkpoint>)"
         )
+    logger.check_open(label)  # closed by its user
     used = logger._used_by_another(trainer)
     if used is not None:
         gc.collect()  # error path only: a trainer no one holds may wait in a reference cycle
