@@ -212,7 +212,8 @@ class RunSpec(Config):
         if self.buffer.prioritized_replay and entry.kind != "offpolicy":
             raise ValueError(
                 f"buffer.prioritized_replay=True needs an off-policy algorithm (one that "
-                f"samples minibatches from a replay buffer, such as 'dqn'), got algo={self.algo!r}"
+                f"samples minibatches from a replay buffer: {_offpolicy_names()}), got "
+                f"algo={self.algo!r}"
             )
         if not keeps_ignored():
             refuse_ignored(self.ignored_settings())
@@ -463,3 +464,8 @@ def _changed(spec: RunSpec, changes: Mapping[str, Any]) -> RunSpec:
     """``dataclasses.replace(spec, **changes)``, its ignored settings left to the caller."""
     with keeping_ignored():
         return dataclasses.replace(spec, **changes)
+
+
+def _offpolicy_names() -> str:
+    """The registered off-policy algorithms, quoted, for a message."""
+    return ", ".join(repr(name) for name, entry in ALGORITHMS.items() if entry.kind == "offpolicy")

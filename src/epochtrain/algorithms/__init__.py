@@ -20,6 +20,7 @@ from epochtrain.algorithms.deterministic_ac import DeterministicActorCritic
 from epochtrain.algorithms.dqn import DQN, DQNConfig, DQNTrainingStats
 from epochtrain.algorithms.pg import PG, PGConfig, PGTrainingStats
 from epochtrain.algorithms.ppo import PPO, PPOConfig, PPOTrainingStats
+from epochtrain.algorithms.priorities import TDPriorities
 from epochtrain.algorithms.sac import SAC, SACBase, SACConfig, SACTrainingStats
 from epochtrain.algorithms.td3 import TD3, TD3Config, TD3TrainingStats
 from epochtrain.algorithms.td3bc import TD3BC, TD3BCConfig, TD3BCTrainingStats
@@ -63,6 +64,7 @@ __all__ = [
     "TD3BCTrainingStats",
     "TD3Config",
     "TD3TrainingStats",
+    "TDPriorities",
     "TrainerKind",
     "resolve_config",
 ]

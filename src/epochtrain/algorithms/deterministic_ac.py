@@ -40,6 +40,8 @@ from epochtrain.algorithms.base import (
     bootstrap_discount,
     normal_like,
 )
+from epochtrain.algorithms.box_actions import squashed_action_bounds
+from epochtrain.algorithms.priorities import TDPriorities, weighted_mean
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, EnsembleQCritic, box_bounds, flat_dim, q_value, q_values
 from epochtrain.stats import TTrainingStats
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["DeterministicActorCritic"]
 
 
-class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
+class DeterministicActorCritic(TDPriorities, NStepReplay, Policy[TTrainingStats], ABC):
     """Abstract deterministic actor with ``n_critics`` Q critics and target copies of all.
 
     Leaves (:class:`~epochtrain.algorithms.DDPG`, :class:`~epochtrain.algorithms.TD3`,
@@ -61,6 +63,8 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
 
     action_center: Tensor
     action_half_range: Tensor
+    action_low: Tensor
+    action_high: Tensor
 
     trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offpolicy", "offline"})
     bounded_actions: ClassVar[bool] = True  # tanh scaled to the bounds (noise clipped)
@@ -99,6 +103,9 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         act_dim = int(center.shape[0])
         self.register_buffer("action_center", center)
         self.register_buffer("action_half_range", half_range)
+        low, high, self.clamp_actions = squashed_action_bounds(action_space, center)
+        self.register_buffer("action_low", low, persistent=False)
+        self.register_buffer("action_high", high, persistent=False)
         self.actor = MLP(obs_dim, act_dim, hidden, nn.ReLU)
         self.critics: nn.Module = EnsembleQCritic(n_critics, obs_dim, act_dim, hidden, nn.ReLU)
         """The critics as one :class:`~epochtrain.nets.EnsembleQCritic` (a ``ModuleList``
@@ -125,8 +132,14 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
         return torch.tanh(self.actor(obs))
 
     def to_env_action(self, normalised: Tensor) -> Tensor:
-        """Map normalised actions in ``[-1, 1]`` to the Box bounds (one fused multiply-add)."""
-        return torch.addcmul(self.action_center, self.action_half_range, normalised)
+        """Map normalised actions in ``[-1, 1]`` to the Box bounds (one fused multiply-add),
+        clamped to them unless the bounds are symmetric
+        (:mod:`~epochtrain.algorithms.box_actions`: float32 rounding can pass an
+        asymmetric bound by one ulp)."""
+        action = torch.addcmul(self.action_center, self.action_half_range, normalised)
+        if self.clamp_actions:
+            action.clamp_(self.action_low, self.action_high)
+        return action
 
     def to_normalised_action(self, action: Tensor) -> Tensor:
         """Map actions in the Box bounds to ``[-1, 1]``."""
@@ -191,14 +204,21 @@ class DeterministicActorCritic(NStepReplay, Policy[TTrainingStats], ABC):
     ) -> tuple[float, float]:
         """One critic step on the summed MSE of every critic; returns ``(loss, mean Q_1)``.
 
+        With ``batch.weight`` (importance weights of a prioritized buffer) each sample's
+        squared error is weighted by it; ``Q`` and the target are recorded for the
+        priority update (:meth:`~epochtrain.algorithms.priorities.TDPriorities.post_learn`).
         Increments :attr:`n_updates`.
         """
         target = self.compute_target(batch, obs_next)
         qs = q_values(self.critics, obs, act)  # [n_critics, batch]
         # the sum of every critic's MSE: n times the MSE over all of them
-        loss = F.mse_loss(qs, target.expand_as(qs))
+        if batch.weight is None:
+            loss = F.mse_loss(qs, target.expand_as(qs))
+        else:
+            loss = weighted_mean((qs - target).pow(2), batch.weight)
         if len(qs) > 1:
             loss = len(qs) * loss
+        self.record_td(qs, target)
         loss_value = self.optimize("critic", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         # a plain int: object's setattr skips nn.Module's checks, run on every step
         object.__setattr__(self, "n_updates", self.n_updates + 1)

@@ -42,11 +42,10 @@ from epochtrain.algorithms.base import (
     resolve_config,
     row_means,
 )
+from epochtrain.algorithms.priorities import TDPriorities, weighted_mean
 from epochtrain.config import Config, param
 from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import ActResult, Batch, Obs
-from epochtrain.data.buffer import ReplayBuffer
-from epochtrain.data.prioritized import PrioritizedReplayBuffer
 from epochtrain.nets import MLP, flat_dim
 from epochtrain.stats import DeferredReads, SequenceSummaryStats, TrainingStats
 
@@ -145,7 +144,7 @@ class DQNConfig(Config):
         return found
 
 
-class DQN(NStepReplay, Policy[DQNTrainingStats]):
+class DQN(TDPriorities, NStepReplay, Policy[DQNTrainingStats]):
     """Deep Q-network for discrete actions.
 
     Schedules are explicit: epsilon falls linearly from ``epsilon_start`` to
@@ -199,17 +198,7 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         """Epsilon of the schedule at the last :meth:`set_progress`."""
         self.n_updates = 0
         """Gradient steps taken so far (saved in the state dict; drives target updates)."""
-        self._last_td: tuple[Tensor, Tensor] | None = None  # (Q, target) of the last learn
         self._q_means = DeferredReads(row_means)  # q_mean of each step, read per update step
-
-    @property
-    def td_abs(self) -> Tensor | None:
-        """``|TD error|`` per sample of the last :meth:`learn` (for priority updates);
-        computed when read, so uniform replay never pays for it."""
-        if self._last_td is None:
-            return None
-        q, target = self._last_td
-        return (q - target).abs()
 
     # ------------------------------------------------------------------ acting
     @property
@@ -295,13 +284,9 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
         target = self.compute_target(batch)
         q_all = self.q_net(self.obs_input(batch.obs))
         q = q_all.gather(-1, batch.act.long().reshape(-1, 1)).squeeze(-1)
-        per_sample = F.smooth_l1_loss(q, target, reduction="none")
-        if batch.weight is None:
-            loss = per_sample.mean()
-        else:
-            loss = (per_sample * batch.weight.to(per_sample.dtype)).mean()
+        loss = weighted_mean(F.smooth_l1_loss(q, target, reduction="none"), batch.weight)
         q_detached = q.detach()
-        object.__setattr__(self, "_last_td", (q_detached, target))  # as n_updates below
+        self.record_td(q_detached, target)
         loss_value = self.optimize("q", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         # a plain int: object's setattr skips nn.Module's checks, run on every step
         object.__setattr__(self, "n_updates", self.n_updates + 1)
@@ -312,15 +297,6 @@ class DQN(NStepReplay, Policy[DQNTrainingStats]):
             q_mean=self._q_means.defer(q_detached, 1)[0],
             epsilon=SequenceSummaryStats.single(self.epsilon),
         )
-
-    def post_learn(self, batch: Batch, buffer: ReplayBuffer) -> None:
-        """Give a prioritized buffer the new ``|TD|`` of the transitions just learned from."""
-        if not isinstance(buffer, PrioritizedReplayBuffer):
-            return
-        td_abs = self.td_abs
-        if td_abs is not None:
-            assert batch.index is not None
-            buffer.update_priorities(batch.index, td_abs)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """The Q network and its target network."""

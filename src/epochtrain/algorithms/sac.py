@@ -44,6 +44,8 @@ from epochtrain.algorithms.base import (
     normal_like,
     resolve_config,
 )
+from epochtrain.algorithms.box_actions import squashed_action_bounds
+from epochtrain.algorithms.priorities import TDPriorities, weighted_mean
 from epochtrain.config import Config, param
 from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import ActResult, Batch, Obs
@@ -133,7 +135,7 @@ class SACConfig(Config):
         return found
 
 
-class SACBase(NStepReplay, Policy[TSACStats], ABC):
+class SACBase(TDPriorities, NStepReplay, Policy[TSACStats], ABC):
     """Actor, twin critics, targets and temperature of SAC; leaves define ``learn``.
 
     Box actions use critics ``Q(s, a)`` (one :class:`~epochtrain.nets.EnsembleQCritic`);
@@ -145,6 +147,8 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
 
     action_center: Tensor
     action_half_range: Tensor
+    action_low: Tensor
+    action_high: Tensor
 
     trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offpolicy", "offline"})
     bounded_actions: ClassVar[bool] = True  # tanh scaled to the bounds (noise clipped)
@@ -190,6 +194,9 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
             default_target = -float(self.act_dim)
             self.register_buffer("action_center", bounds[0])
             self.register_buffer("action_half_range", bounds[1])
+            low, high, self.clamp_actions = squashed_action_bounds(action_space, bounds[0])
+            self.register_buffer("action_low", low, persistent=False)
+            self.register_buffer("action_high", high, persistent=False)
             self.actor = MLP(obs_dim, 2 * self.act_dim, hidden, nn.ReLU)
             self.critics = EnsembleQCritic(2, obs_dim, self.act_dim, hidden, nn.ReLU)
         self.target_entropy = default_target if target_entropy is None else target_entropy
@@ -228,8 +235,13 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         return self.scale(torch.tanh(u)), {}
 
     def scale(self, squashed: Tensor) -> Tensor:
-        """Map actions in (-1, 1) to the Box bounds (one fused multiply-add)."""
-        return torch.addcmul(self.action_center, self.action_half_range, squashed)
+        """Map actions in [-1, 1] to the Box bounds (one fused multiply-add), clamped to
+        them unless the bounds are symmetric (:mod:`~epochtrain.algorithms.box_actions`:
+        float32 rounding can pass an asymmetric bound by one ulp)."""
+        action = torch.addcmul(self.action_center, self.action_half_range, squashed)
+        if self.clamp_actions:
+            action.clamp_(self.action_low, self.action_high)
+        return action
 
     def unscale(self, action: Tensor) -> Tensor:
         """Map Box actions to (-1, 1), the scale the critics see."""
@@ -297,11 +309,18 @@ class SACBase(NStepReplay, Policy[TSACStats], ABC):
         return target
 
     def critic_td_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
-        """Soft TD loss (half the sum of both critics' MSE) and ``Q(s, a)``, ``[2, batch]``."""
+        """Soft TD loss (half the sum of both critics' MSE) and ``Q(s, a)``, ``[2, batch]``.
+
+        With ``batch.weight`` (importance weights of a prioritized buffer) each sample's
+        squared error is weighted by it; ``Q`` and the target are recorded
+        for the priority update (:meth:`~epochtrain.algorithms.priorities.TDPriorities.post_learn`).
+        """
         target = self.compute_target(batch)
         act = batch.act if self.discrete else self.unscale(batch.act)
         q = self.q_values(self.obs_input(batch.obs), act)
-        loss = 0.5 * (q - target.unsqueeze(0)).pow(2).mean(dim=-1).sum()
+        # 2 * mean over critics and samples: the sum of both critics' MSE, halved
+        loss = weighted_mean((q - target.unsqueeze(0)).pow(2), batch.weight)
+        self.record_td(q, target)
         return loss, q
 
     # ----------------------------------------------------- actor, temperature
