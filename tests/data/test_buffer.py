@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -575,3 +576,155 @@ def test_ending_the_episodes_leaves_ended_and_invalid_rows_and_an_empty_buffer_a
     rollout = buf.rollout()
     assert rollout.terminated.tolist() == [[True, False, False]]
     assert rollout.truncated.tolist() == [[False, True, False]]
+
+
+# ------------------------------------------------------------------ mark and rewind
+def _dict_row(t: int, num_envs: int) -> dict[str, Any]:
+    """Row ``t`` with a dict observation, an extra and one invalid env."""
+    obs = {
+        "image": np.full((num_envs, 2, 2), t % 250, dtype=np.uint8),
+        "pos": np.full((num_envs, 2), float(t)),
+    }
+    obs_next = {"image": obs["image"] + 1, "pos": obs["pos"] + 1}
+    return {
+        "obs": obs,
+        "act": np.full(num_envs, t % 2),
+        "rew": np.full(num_envs, float(t)),
+        "terminated": np.full(num_envs, t % 5 == 4),
+        "truncated": np.full(num_envs, t % 7 == 6),
+        "obs_next": obs_next,
+        "extras": {"value": np.full(num_envs, t + 0.5)},
+        "valid": np.arange(num_envs) != t % (num_envs + 1),
+    }
+
+
+def _state(buf: ReplayBuffer) -> dict[str, Any]:
+    """Everything the buffer holds and counts, as comparable bytes."""
+    state = buf.state_dict()
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value.numpy().tobytes() if isinstance(value, torch.Tensor) else value
+
+    return {**plain(state), "n_valid": buf.n_valid}
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+@pytest.mark.parametrize(
+    ("rows", "written"),  # part of the ring, most, more than all; in one block or several
+    [(10, 3), (10, 17), (10, 40), (150, 70), (150, 290)],
+)
+def test_rewind_of_a_full_ring_puts_back_every_overwritten_row(
+    cls: type[ReplayBuffer], rows: int, written: int
+) -> None:
+    buf = cls(3 * rows, 3)  # full, and wrapped twice, at the mark
+    for t in range(2 * rows + rows * 7 // 10):
+        buf.add(**_dict_row(t, 3))
+    if isinstance(buf, PrioritizedReplayBuffer):
+        buf.update_priorities(torch.arange(3 * rows), torch.linspace(0.1, 3.0, 3 * rows))
+    before, nodes = _state(buf), getattr(buf, "tree", None)
+    nodes_before = None if nodes is None else nodes.nodes.copy()
+    mark = buf.mark()
+    for t in range(100, 100 + written):
+        buf.add(**_dict_row(t, 3))
+        buf.end_episodes()  # changes the newest row in place
+        if isinstance(buf, PrioritizedReplayBuffer):
+            buf.update_priorities(torch.tensor([0, 7, 29]), torch.tensor([9.0, 0.2, 4.0]))
+    buf.rewind(mark)
+    assert _state(buf) == before
+    if isinstance(buf, PrioritizedReplayBuffer):
+        assert nodes_before is not None and np.array_equal(buf.tree.nodes, nodes_before)
+    fresh = ReplayBuffer(3 * rows, 3)
+    fresh.load_state_dict(buf.state_dict())
+    # the n-step sums are those of the rows put back
+    assert _n_step_sums(buf) == _n_step_sums(fresh)
+
+
+def _n_step_sums(buf: ReplayBuffer) -> list[bytes]:
+    nb = buf.get(torch.arange(len(buf)), n_step=3, gamma=0.9)
+    assert nb.discount is not None
+    return [t.numpy().tobytes() for t in (nb.rew, nb.discount, nb.terminated, nb.truncated)]
+
+
+def test_rewind_is_exact_again_for_a_second_rewind_to_the_same_mark() -> None:
+    buf = ReplayBuffer(8, 2)
+    for t in range(6):
+        buf.add(**_row(t, 2))
+    before = _state(buf)
+    mark = buf.mark()
+    for t in range(10, 13):
+        buf.add(**_row(t, 2))
+    buf.rewind(mark)
+    for t in range(20, 27):
+        buf.add(**_row(t, 2))
+    buf.rewind(mark)
+    assert _state(buf) == before
+
+
+def test_rewind_after_a_clear_puts_back_the_rows_written_since() -> None:
+    buf = ReplayBuffer(8, 2)
+    for t in range(6):
+        buf.add(**_row(t, 2, valid=np.array([t % 3 != 1, True])))
+    before = _state(buf)
+    mark = buf.mark()
+    buf.clear()
+    for t in range(10, 13):
+        buf.add(**_row(t, 2))
+    buf.rewind(mark)
+    assert _state(buf) == before
+
+
+def test_a_new_mark_ends_the_last_ones_recording_and_its_rewind_loses_the_rows() -> None:
+    buf = ReplayBuffer(8, 2)  # 4 rows
+    for t in range(4):
+        buf.add(**_row(t, 2))
+    old = buf.mark()
+    buf.add(**_row(10, 2))  # row 0
+    new = buf.mark()  # the old mark records no more, its copies are dropped
+    buf.add(**_row(11, 2))  # row 1
+    buf.rewind(old)
+    assert len(buf) == 8 and buf.n_valid == 4  # rows 0 and 1 are lost, never sampled
+    assert set(buf.sample_indices(200).tolist()) == {4, 5, 6, 7}
+    assert new.saved is not None and not new.saved.complete  # the rewind ended its recording
+
+
+def test_dropping_a_mark_stops_the_copying_and_the_next_mark_reuses_the_copies_memory() -> None:
+    block = 64  # rows a block holds, for these small rows
+    buf = ReplayBuffer(8 * block, 2)
+    for t in range(4 * block):
+        buf.add(**_row(t, 2))
+    mark = buf.mark()
+    buf.add(**_row(100, 2))
+    saved = mark.saved
+    assert saved is not None and len(saved.blocks) == 1
+    alive = weakref.ref(saved)
+    del mark, saved
+    assert alive() is None  # held by the mark only
+    buf.add(**_row(101, 2))  # the next block: not copied any more
+    assert buf._saving is None and len(buf._block_pool) == 1
+    mark = buf.mark()
+    assert buf._block_rows == block
+    for t in range(2 * block + 1):
+        buf.add(**_row(200 + t, 2))
+    assert len(buf._block_pool) == 3
+    buf.mark()  # the last mark took three blocks: they are kept, no more
+    assert len(buf._block_pool) == 3
+    del mark
+    buf.mark()
+    assert len(buf._block_pool) == 0
+
+
+def test_a_load_since_the_mark_leaves_the_rewind_inexact_but_consistent() -> None:
+    buf = ReplayBuffer(8, 2)
+    for t in range(4):
+        buf.add(**_row(t, 2))
+    state = buf.state_dict()
+    mark = buf.mark()
+    buf.add(**_row(10, 2))
+    buf.load_state_dict(state)
+    buf.add(**_row(11, 2))  # row 0 again
+    buf.rewind(mark)
+    # rows 0 and 1 (two were written since the mark) are marked lost, never sampled
+    assert len(buf) == 8 and buf.n_valid == 4
+    assert set(buf.sample_indices(200).tolist()) == {4, 5, 6, 7}

@@ -8,11 +8,17 @@ counters (fill level, invalid rows), and saves and restores them
 :meth:`~RingStorage.rewind`); :mod:`epochtrain.data.buffer` reads them (sampling, n-step
 transitions, rollouts) and holds the buffer files, :mod:`epochtrain.data.buffer_storage`
 the arrays and the file format.
+
+A mark makes a later rewind exact, in a full ring too: while it is in use (see
+:class:`SavedRows`), each block of rows of older data is copied just before the first
+change to it, and a rewind puts the copies back. ``add`` pays one lookup for that, plus
+one block copy (:data:`SAVE_BLOCK_BYTES`) per block of rows it overwrites first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,14 +33,24 @@ from epochtrain.data.buffer_storage import (
     alloc_obs,
     check_memory,
     check_state,
+    copy_rows,
+    empty_rows,
     flat_views,
     numpy_views,
     obs_index,
+    put_rows,
     write_obs,
 )
 from epochtrain.data.n_step import NStepTable
 
-__all__ = ["BufferMark", "RingStorage"]
+__all__ = ["SAVE_BLOCK_BYTES", "SAVE_BLOCK_ROWS", "BufferMark", "RingStorage", "SavedRows"]
+
+SAVE_BLOCK_ROWS = 64
+"""The most time rows a mark's recording copies at once (aligned blocks): the collector
+overwrites rows in order, so a block is copied with one numpy call per field instead of
+one per row, and at most a block more is copied than the rows overwritten."""
+SAVE_BLOCK_BYTES = 1 << 20
+"""A block holds fewer rows when more would take more bytes than this (at least one row)."""
 
 
 class RingStorage:
@@ -76,6 +92,11 @@ class RingStorage:
         # Invalid transitions per time row, so overwriting a row needs no scan of it; made
         # with the storage, after its memory check (a list of 1e10 rows would not fit)
         self._row_invalid: list[int] = []
+        # the recording of the last mark(): held weakly, so it ends with its mark
+        self._saving: weakref.ref[SavedRows] | None = None
+        self._block_pool: list[dict[str, Any]] = []  # row copies, reused from mark to mark
+        self._blocks_used = 0
+        self._block_rows = 1  # rows per block, set with the storage
 
     # ----------------------------------------------------------------- writing
     def add(
@@ -97,6 +118,11 @@ class RingStorage:
         if self._storage is None:
             self._allocate(obs, act, extras or {})
         t = self._cursor
+        saving = self._saving
+        if saving is not None:  # a mark in use: row t's old content is copied first
+            saved = saving()
+            if saved is None or not saved.done[t]:
+                self._save_before_change(t)
         v = self._views
         if self._flat_obs:
             v["obs"][t] = obs
@@ -136,6 +162,8 @@ class RingStorage:
         if self._storage is None or self._size == 0:
             return
         t = (self._cursor - 1) % self.rows
+        if self._saving is not None:
+            self._save_before_change(t)
         v = self._views
         v["truncated"][t] |= v["valid"][t] & ~v["terminated"][t]
         self._layout += 1  # the n-step windows that ran through row t are summed anew
@@ -168,6 +196,9 @@ class RingStorage:
 
     def _set_storage(self, storage: dict[str, Any]) -> None:
         self._storage = storage
+        self._block_pool, self._blocks_used = [], 0  # shaped as the old storage
+        row_bytes = sum(field.nbytes for field in _leaves(storage)) // self.rows
+        self._block_rows = max(1, min(SAVE_BLOCK_ROWS, SAVE_BLOCK_BYTES // max(row_bytes, 1)))
         self._row_invalid = [0] * self.rows
         self._views = {k: numpy_views(v) for k, v in storage.items()}
         self._flat = {k: flat_views(v) for k, v in self._views.items()}
@@ -251,6 +282,7 @@ class RingStorage:
 
             storage = {k: obs_index(v, own) for k, v in storage.items()}
         self._layout += 1
+        self._stop_saving()  # other rows: a rewind past here is not exact
         self._cursor = int(state["cursor"])
         self._size = int(state["size"])
         if storage is None:
@@ -264,17 +296,42 @@ class RingStorage:
         self._n_invalid = sum(self._row_invalid)
 
     def mark(self) -> BufferMark:
-        """The write position now, for :meth:`rewind` (O(1) but for the per-row counts)."""
+        """The write position now, for :meth:`rewind`: O(rows) for the per-row counts.
+
+        While the mark is in use (referenced), each row of older data is copied before its
+        first change (:class:`SavedRows`), so :meth:`rewind` restores it exactly, even from
+        a full ring. One mark records at a time: a new mark ends the recording of the last
+        one (a rewind to that one then marks the overwritten rows invalid, as after a load).
+        """
+        self._stop_saving()
+        del self._block_pool[self._blocks_used :]  # keep what the last recording took
+        self._blocks_used = 0
+        saved = SavedRows(self._size, self.rows)
+        self._saving = weakref.ref(saved)
         return BufferMark(
-            self._cursor, self._size, self._rows_written, self._clears, list(self._row_invalid)
+            self._cursor,
+            self._size,
+            self._rows_written,
+            self._clears,
+            list(self._row_invalid),
+            saved=saved,
         )
 
     def rewind(self, mark: BufferMark) -> None:
-        """Forget the rows written since ``mark``.
+        """Forget the rows written since ``mark`` and put back the rows of older data
+        they overwrote, so the buffer is as it was at ``mark``.
 
-        Exact while the ring had room; rows of older data that were overwritten since are
-        marked invalid (never sampled), since their old content is gone.
+        Exact while ``mark`` recorded (the last mark, no load since, see :meth:`mark`), and
+        it records on: a second rewind to it is exact too. Otherwise rows of older data
+        that were overwritten since are marked invalid (never sampled): their old content
+        is gone.
         """
+        saved = mark.saved
+        exact = saved is not None and saved.complete
+        if saved is not None and self._storage is not None:
+            for start, stop, block in saved.blocks:
+                for name, copies in block.items():
+                    put_rows(self._views[name], start, stop, copies)
         written = self._rows_written - mark.rows_written
         rewound = [(mark.cursor + i) % self.rows for i in range(min(written, self.rows))]
         if mark.clears != self._clears:  # cleared since: any old row may have been rewritten
@@ -282,6 +339,8 @@ class RingStorage:
             overwritten = list(range(mark.size))
         else:
             overwritten = [row for row in rewound if row < mark.size]
+        if exact:
+            overwritten = []  # every row changed since was put back
         self._cursor, self._size, self._rows_written = mark.cursor, mark.size, mark.rows_written
         self._clears = mark.clears
         self._layout += 1
@@ -293,10 +352,86 @@ class RingStorage:
             for row in overwritten:
                 self._row_invalid[row] = self.num_envs
         self._n_invalid = sum(self._row_invalid[: self._size])
-        self._forget_rows(sorted(set(rewound) | set(overwritten)))
+        if saved is not None and exact:
+            saved.restart()  # the buffer is at the mark again: record anew from here
+            self._blocks_used = 0
+        else:
+            self._stop_saving()
+        empty = [row for row in rewound if row >= mark.size]  # rows put back keep theirs
+        self._forget_rows(sorted(set(empty) | set(overwritten)))
 
     def _forget_rows(self, rows: list[int]) -> None:
-        """Subclasses drop what they keep about ``rows`` (e.g. sampling priorities)."""
+        """Subclasses drop what they keep about ``rows`` (e.g. sampling priorities): rows
+        that were empty at the mark a rewind returned to, or whose content it lost."""
+
+    def _save_before_change(self, t: int) -> None:
+        """Copy the block of time row ``t`` for the mark in use, unless it is copied already
+        (or was empty at the mark); end a recording whose mark is gone."""
+        assert self._saving is not None
+        saved = self._saving()
+        if saved is None:  # its mark was dropped
+            self._saving = None
+        elif not saved.done[t] and self._storage is not None:
+            block_rows = self._block_rows
+            start = t - t % block_rows
+            stop = min(start + block_rows, saved.size)
+            if self._blocks_used == len(self._block_pool):
+                self._block_pool.append(
+                    {name: empty_rows(view, block_rows) for name, view in self._views.items()}
+                )
+            block = self._block_pool[self._blocks_used]
+            self._blocks_used += 1
+            for name, view in self._views.items():
+                copy_rows(view, start, stop, block[name])
+            saved.blocks.append((start, stop, block))
+            saved.done[start:stop] = b"\x01" * (stop - start)
+
+    def _stop_saving(self) -> None:
+        """End the recording in use and drop its copies (their blocks are reused): a rewind
+        to its mark marks the rows overwritten since invalid."""
+        saved = self._saving() if self._saving is not None else None
+        if saved is not None:
+            saved.complete = False
+            saved.blocks = []
+        self._saving = None
+
+
+def _leaves(storage: dict[str, Any]) -> list[Tensor]:
+    """The tensors of a storage dict (dict observations flattened)."""
+    found: list[Tensor] = []
+    for value in storage.values():
+        found += _leaves(value) if isinstance(value, dict) else [value]
+    return found
+
+
+class SavedRows:
+    """Which rows of older data a buffer changed since a :class:`BufferMark`, and their
+    copies (every field, a block of rows at a time, made before the first change), for
+    :meth:`RingStorage.rewind`.
+
+    Held by its mark only (the buffer refers to it weakly): once the mark is dropped (an
+    epoch that completes drops its snapshot) the buffer copies no more. The blocks are the
+    buffer's, reused by the next mark's recording (fresh memory would cost more in page
+    faults than the copying): they take at most the rows the last mark saw overwritten, plus
+    a block.
+    """
+
+    def __init__(self, size: int, rows: int) -> None:
+        self.size = size
+        """Filled time rows at the mark: only those hold data to keep."""
+        self.rows = rows
+        self.done = bytearray(0)
+        """Per time row: 1 once copied, or if it was empty at the mark (nothing to keep)."""
+        self.blocks: list[tuple[int, int, dict[str, Any]]] = []
+        """``(first row, end row, {field: copy})``, in the order they were copied."""
+        self.complete = True
+        """False once rows may have changed without being copied (another mark, a load)."""
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget the copies: the buffer is as it was at the mark."""
+        self.blocks = []
+        self.done = bytearray(self.size) + b"\x01" * (self.rows - self.size)
 
 
 @dataclass(frozen=True)
@@ -310,3 +445,5 @@ class BufferMark:
     row_invalid: list[int]
     extra: dict[str, Any] | None = None
     """What a subclass keeps beside the rows and restores on rewind (e.g. priorities)."""
+    saved: SavedRows | None = field(default=None, compare=False, repr=False)
+    """The copies of the rows of older data changed since, made while the mark is in use."""

@@ -33,12 +33,15 @@ __all__ = [
     "check_n_step",
     "check_spaces_memory",
     "check_state",
+    "copy_rows",
+    "empty_rows",
     "first_shape",
     "flags_as_bool",
     "flat_views",
     "gather",
     "numpy_views",
     "obs_index",
+    "put_rows",
     "read_state_file",
     "size_text",
     "spaces_transition_bytes",
@@ -191,6 +194,32 @@ def gather(view: Any, index: np.ndarray) -> Obs:
     if isinstance(view, dict):
         return {k: gather(v, index) for k, v in view.items()}
     return torch.from_numpy(view[index])
+
+
+def empty_rows(view: Any, n: int) -> Any:
+    """Uninitialised room for ``n`` rows of a ``[rows, envs, ...]`` numpy view (or a dict)."""
+    if isinstance(view, dict):
+        return {k: empty_rows(v, n) for k, v in view.items()}
+    return np.empty((n, *view.shape[1:]), dtype=view.dtype)
+
+
+def copy_rows(view: Any, start: int, stop: int, into: Any) -> None:
+    """Copy rows ``start:stop`` of ``view`` to the first rows of ``into`` (from
+    :func:`empty_rows`), field by field."""
+    if isinstance(view, dict):
+        for k, v in view.items():
+            copy_rows(v, start, stop, into[k])
+    else:
+        into[: stop - start] = view[start:stop]
+
+
+def put_rows(view: Any, start: int, stop: int, copies: Any) -> None:
+    """Write back rows ``start:stop`` of ``view`` from :func:`copy_rows`'s ``copies``."""
+    if isinstance(view, dict):
+        for k, v in view.items():
+            put_rows(v, start, stop, copies[k])
+    else:
+        view[start:stop] = copies[: stop - start]
 
 
 def write_obs(view: Any, t: int, value: ObsArray) -> None:

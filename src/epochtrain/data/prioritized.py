@@ -220,7 +220,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def mark(self) -> BufferMark:
         """The write position plus a copy of the priorities (O(capacity)), so a rewind also
-        undoes the priority updates and the ``beta`` progress made since."""
+        undoes the priority updates and the ``beta`` progress made since (the rows of
+        older data overwritten since come back with their priorities)."""
         self._flush()  # nothing pending: no read happens before the next one anyway
         extra = {
             "nodes": self.tree.nodes.copy(),
@@ -240,7 +241,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().rewind(mark)
 
     def _forget_rows(self, rows: list[int]) -> None:
-        """Rewound rows are never sampled again: their priorities become 0."""
+        """Rows a rewind emptied or could not put back are never sampled: priority 0."""
         self._flush()
         if rows:
             index = (np.asarray(rows)[:, None] * self.num_envs + np.arange(self.num_envs)).ravel()

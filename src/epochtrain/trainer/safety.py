@@ -190,11 +190,14 @@ def _graph_tensor(value: object, path: str) -> str | None:
 
 @dataclass
 class EpochSnapshot:
-    """A trainer's state at the start of an epoch, kept in memory (no buffer copy).
+    """A trainer's state at the start of an epoch, kept in memory (no copy of the buffer).
 
     Holds a copy of the policy's and hooks' states, the run counters, the smoothing
     windows, the logger's position and the collectors' states (training envs included
-    when they pickle), and a :class:`~epochtrain.data.buffer.BufferMark` per buffer.
+    when they pickle), and a :class:`~epochtrain.data.buffer.BufferMark` per buffer: while
+    the snapshot lives, each buffer copies the rows of older data the epoch overwrites
+    before it does (:class:`~epochtrain.data.buffer_ring.SavedRows`), so a rewind is exact
+    in a full ring too.
     """
 
     attrs: dict[str, Any]
@@ -224,8 +227,8 @@ class EpochSnapshot:
     def restore(self, trainer: BaseTrainer[Any]) -> None:
         """Put ``trainer`` back as it was when the snapshot was taken.
 
-        Buffer rows written since are dropped (in a full ring, the rows they overwrote are
-        marked invalid: a full replay buffer loses at most the interrupted epoch's rows).
+        Buffer rows written since are dropped and the rows of older data they overwrote
+        (in a full ring) are put back: each buffer is as it was, byte for byte.
         """
         trainer.policy.load_state_dict(self.policy)
         for hook, state in zip(trainer.hooks, self.hooks, strict=True):
