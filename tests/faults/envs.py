@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -81,6 +82,63 @@ class CtrlCEnv(FaultyEnv):
 def ctrl_c_vec(n: int, ctrl_c_at: int | None) -> gym.vector.AsyncVectorEnv:
     """``n`` envs in worker processes; sub-env 1 presses Ctrl-C at its ``ctrl_c_at``-th step."""
     fns = [functools.partial(CtrlCEnv, ctrl_c_at if i == 1 else None) for i in range(n)]
+    return gym.vector.AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+class HangingEnv(FaultyEnv):
+    """:class:`FaultyEnv` that hangs for ever in its ``hang_at``-th step (counted over its
+    life), as an env stuck in native code does: from then on deaf to Ctrl-C (SIGINT
+    ignored), ended only by SIGTERM or SIGKILL. With ``interrupt`` (a signal number) it
+    first sends that signal to the process that started it: Ctrl-C (or SIGTERM) given to
+    the run once the env hung; with ``hung_file`` it first appends its pid to that file
+    (for a test that signals the run itself). For env processes (``AsyncVectorEnv``) only."""
+
+    def __init__(
+        self, hang_at: int | None, interrupt: int | None = None, hung_file: str | None = None
+    ) -> None:
+        super().__init__("raise", None)
+        self.hang_at, self.interrupt, self.hung_file = hang_at, interrupt, hung_file
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.steps + 1 == self.hang_at:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if self.hung_file is not None:
+                with open(self.hung_file, "a") as file:
+                    file.write(f"{os.getpid()}\n")
+            if self.interrupt is not None:
+                os.kill(os.getppid(), self.interrupt)
+            threading.Event().wait()  # blocks on a lock nobody releases
+        return super().step(action)
+
+
+class ThreadHangingEnv(FaultyEnv):
+    """:class:`FaultyEnv` for the asynchronous-collection worker thread: once ``armed`` is
+    set, its first step outside the main thread clears it, presses Ctrl-C (SIGINT to the
+    main thread) and hangs until ``release`` is set (the test sets it when done; the step
+    then raises)."""
+
+    def __init__(self, armed: threading.Event, release: threading.Event) -> None:
+        super().__init__("raise", None)
+        self.armed, self.release = armed, release
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.armed.is_set() and threading.current_thread() is not threading.main_thread():
+            self.armed.clear()
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            self.release.wait()
+            raise RuntimeError("released after the test")
+        return super().step(action)
+
+
+def hanging_vec(
+    n: int, hang_at: int | None, *, interrupt: int | None = None, hung_file: str | None = None
+) -> gym.vector.AsyncVectorEnv:
+    """``n`` envs in gymnasium's own ``AsyncVectorEnv`` (not :func:`epochtrain.envs.make_envs`'
+    subclass); sub-env 1 hangs in its ``hang_at``-th step (:class:`HangingEnv`)."""
+    fns = [
+        functools.partial(HangingEnv, hang_at if i == 1 else None, interrupt, hung_file)
+        for i in range(n)
+    ]
     return gym.vector.AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
 

@@ -19,7 +19,12 @@ float32's range, which the buffer would store as inf, with one vectorised reduct
 neither stepped on nor stored; so is a NaN or inf float extra the policy returned with
 it, such as a ``logp``); an exception in the env's ``step()`` or ``reset()`` closes
 the env (no worker process is left behind) and is re-raised as an ``EnvError`` naming the
-sub-env and the env id (see :mod:`epochtrain.data.env_faults`).
+sub-env and the env id (see :mod:`epochtrain.data.env_faults`); an ``AsyncVectorEnv``
+worker process found dead, at a step or when a collect step starts, is named with its pid
+and signal. A call to an ``AsyncVectorEnv`` cut short by Ctrl-C or SIGTERM (or given up by
+the thread that made it: :meth:`Collector.give_up`) may never be answered (a hung env):
+the env then takes no further call (``EnvError``), and closing it ends its processes at
+once instead of waiting for that reply.
 
 A policy built for other spaces than the envs' is refused when the collector is built
 (:func:`~epochtrain.data.spaces.check_policy_spaces`, re-exported here).
@@ -61,11 +66,14 @@ from epochtrain.data.env_faults import (
     check_extras,
     check_finite,
     dead_worker,
+    dead_worker_message,
+    end_workers,
     env_label,
     extras_fit,
     failed_sub_env,
+    has_workers,
+    killed_worker,
     leaves_fit,
-    terminate_workers,
 )
 from epochtrain.data.env_snapshots import env_levels, env_snapshot, restore_env, unpickle_env
 from epochtrain.data.spaces import check_policy_spaces
@@ -177,18 +185,27 @@ class Collector:
         self.last_collect_rows = 0
         """Vector steps (buffer rows) of the last ``collect`` call."""
         self._warned_long = False
+        self._unusable: str | None = None  # why the env's processes may owe a reply
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (seeded with ``seed + i`` when ``seed`` is given).
 
         The episodes in progress are abandoned: they count in no ``CollectStats``, and the
         buffer's newest transition of each env is marked truncated
-        (:meth:`ReplayBuffer.end_episodes`), so n-step returns stop there.
+        (:meth:`ReplayBuffer.end_episodes`), so n-step returns stop there. An env process
+        found dead (:meth:`check_env_processes`) and envs that take no further call (see
+        :meth:`give_up`) raise ``EnvError``.
         """
+        if self._unusable is not None:
+            self._refuse()
+        self.check_env_processes()
         try:
             obs, _ = self.env.reset(seed=seed)
         except Exception as exc:
             self._env_failed(exc, "reset", 0)
+        except BaseException:  # Ctrl-C, SIGTERM: the env processes may owe the replies
+            self._cut_short("reset")
+            raise
         if self.buffer is not None:
             self.buffer.end_episodes()
         check_finite(self.env, obs, None, 0)
@@ -223,6 +240,8 @@ class Collector:
                 isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1
             ):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self._unusable is not None:
+            self._refuse()
         if self._obs is None:
             self.reset()
         if n_episode is not None:
@@ -275,6 +294,9 @@ class Collector:
                     obs_next, rew, terminated, truncated, info = env.step(env_act)
                 except Exception as exc:
                     self._env_failed(exc, "step", steps)
+                except BaseException:  # Ctrl-C, SIGTERM: the env processes may owe replies
+                    self._cut_short("step")
+                    raise
                 # one reduction per array (array_fits): a NaN, an inf or a float64 beyond
                 # float32's range, which the buffer would store as inf, sends it to the check
                 if not (
@@ -357,16 +379,76 @@ class Collector:
 
     def close(self) -> None:
         """Close the vector env (an ``AsyncVectorEnv``'s worker processes with it); a
-        broken env that fails to close has its workers terminated instead. A later
-        ``collect`` needs new envs. A Ctrl-C (or one a stopped worker relays) while closing
-        is raised once the workers are gone."""
+        broken env that fails to close, or one whose processes may owe the reply to a call
+        that was cut short or given up (:meth:`give_up`), has its workers ended instead
+        (:func:`~epochtrain.data.env_faults.end_workers`). A later ``collect`` needs new
+        envs. A Ctrl-C (or one a stopped worker relays) while closing is raised once the
+        workers are gone."""
         self._obs = None
         try:
+            if self._unusable is not None:  # a graceful close would wait for that reply
+                end_workers(self.env)
             self.env.close()
         except BaseException as exc:  # a broken env may fail to close: force its workers out
-            terminate_workers(self.env)
+            end_workers(self.env)
             if not isinstance(exc, Exception):
                 raise
+
+    @property
+    def given_up(self) -> str | None:
+        """Why the env takes no further call (:meth:`give_up`), or None."""
+        return self._unusable
+
+    def give_up(self, reason: str) -> None:
+        """Mark the env as owing the reply to a call that another thread made and gave up
+        waiting for (``reason`` says which, e.g. a hung env past a grace period). With
+        worker processes (``AsyncVectorEnv``) the env then takes no further call:
+        ``reset``, ``collect`` and ``load_state_dict`` raise ``EnvError`` (closing the env),
+        and :meth:`close` ends the processes at once. Envs without worker processes are
+        unaffected (nothing in them can owe a reply)."""
+        if has_workers(self.env):
+            self._unusable = reason
+
+    def check_env_processes(self, when: str = "before this collect step started") -> None:
+        """Raise ``EnvError`` naming the first ``AsyncVectorEnv`` worker process that a
+        signal has ended (sub-env, pid, signal: the OOM killer, a kill, a crash), after
+        closing the envs; nothing for envs without worker processes. One status check per
+        process: for the start of a collect step or an epoch, not per step (``when`` says
+        which, for the message). Envs that take
+        no further call (:meth:`give_up`) raise the ``EnvError`` that says so."""
+        if self._unusable is not None:
+            self._refuse()
+        dead = killed_worker(self.env)
+        if dead is None:
+            return
+        env_id = env_label(self.env, dead[0])
+        end_workers(self.env)
+        self.close()
+        raise EnvError(
+            dead_worker_message(dead, env_id, when, None),
+            sub_env=dead[0],
+            env_id=env_id,
+            env_step=0,
+        )
+
+    def _cut_short(self, call: str) -> None:
+        """An env call raised Ctrl-C or SIGTERM (a ``BaseException``): worker processes
+        may still owe its replies (:meth:`give_up`)."""
+        self.give_up(
+            f"a {call}() of theirs was cut short by Ctrl-C or SIGTERM, so their processes "
+            "may still owe its replies (an env that hangs never sends them)"
+        )
+
+    def _refuse(self) -> NoReturn:
+        """Close the envs and raise ``EnvError``: they take no further call (:meth:`give_up`)."""
+        env_id = env_label(self.env, None)
+        self.close()
+        raise EnvError(
+            f"the envs of {env_id!r} cannot continue: {self._unusable}; their processes "
+            "were ended and the envs closed: build new envs (a new trainer can resume from "
+            "the last checkpoint)",
+            env_id=env_id,
+        )
 
     def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
         """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env;
@@ -378,17 +460,11 @@ class Collector:
         if dead is not None or sub_env is None:
             # a dead worker, or a failure no sub-env reported: a graceful close could wait
             # for ever for a reply already read (no-op for envs without worker processes)
-            terminate_workers(self.env)
+            end_workers(self.env)
         self.close()
         if dead is not None:
-            i, pid, how = dead
-            message = (
-                f"sub-env {i}'s process (pid {pid}) of {env_id!r} died ({how}) during "
-                f"{call}() after {steps} env steps of this collect step (its pipe: "
-                f"{type(exc).__name__}: {exc}); the env did not raise: something ended its "
-                "process (the out-of-memory killer, a kill, a crash in native code); check "
-                "the system log (dmesg) and memory, then resume from the last checkpoint"
-            )
+            when = f"during {call}() after {steps} env steps of this collect step"
+            message = dead_worker_message(dead, env_id, when, exc)
         else:
             which = "a sub-env" if sub_env is None else f"sub-env {sub_env}"
             message = (
@@ -443,8 +519,10 @@ class Collector:
         ``include_env=True`` whose env did not pickle cannot continue them: with
         ``restart_seed`` the envs are reset with that seed (new episodes, deterministic)
         by :meth:`reset`, which ends the buffer's episodes at its newest rows (load the
-        buffer first).
+        buffer first). Envs that take no further call (:meth:`give_up`) raise ``EnvError``.
         """
+        if self._unusable is not None:
+            self._refuse()
         snapshot = state.get("env")
         if snapshot is not None:
             restore_env(self.env, snapshot)

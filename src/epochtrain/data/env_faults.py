@@ -8,6 +8,10 @@ have made return NaN. The :class:`~epochtrain.data.collector.Collector` calls th
 something went wrong (a per-step reduction was not below its bound, ``step()``/``reset()``/
 ``close()`` raised), so none of them is on its per-step path, but those reductions:
 :func:`array_fits`, :func:`leaves_fit` for dict observations and :func:`actions_fit`.
+
+An ``AsyncVectorEnv`` whose worker process died, or hung in a call that was cut short or
+given up, cannot be closed the graceful way (gymnasium's close waits for replies that never
+come): :func:`end_workers` ends its processes and marks it closed.
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ __all__ = [
     "check_extras",
     "check_finite",
     "dead_worker",
+    "dead_worker_message",
+    "end_workers",
     "env_label",
     "extras_fit",
     "failed_sub_env",
+    "has_workers",
+    "killed_worker",
     "leaves_fit",
     "nonfinite_tensor",
     "policy_fault",
@@ -324,22 +332,81 @@ def dead_worker(env: Any, exc: BaseException, wait: float = 1.0) -> tuple[int, i
             if process.sentinel in ended:
                 process.join(timeout=wait)
     for i, process in enumerate(processes):
-        code = process.exitcode
-        if code is None:
-            continue
-        if code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-        else:
-            how = f"exited with status {code}"
-        return i, int(process.pid or 0), how
+        how = _how_ended(process.exitcode)
+        if how is not None:
+            return i, int(process.pid or 0), how
     return None
 
 
-def terminate_workers(env: Any) -> None:
+def killed_worker(env: Any) -> tuple[int, int, str] | None:
+    """The first worker process of an ``AsyncVectorEnv`` that a signal has ended (the OOM
+    killer's SIGKILL, a crash's SIGSEGV, a kill), as :func:`dead_worker` names it, or None;
+    without waiting. One that exited on its own is not reported: it told the parent why
+    through its pipe (an error of its env, a Ctrl-C it received), which the next call reads."""
+    for i, process in enumerate(getattr(env.unwrapped, "processes", None) or []):
+        code = process.exitcode
+        if code is not None and code < 0:
+            return i, int(process.pid or 0), str(_how_ended(code))
+    return None
+
+
+def _how_ended(code: int | None) -> str | None:
+    """How a process with exit code ``code`` ended (None: it has not)."""
+    if code is None:
+        return None
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def dead_worker_message(
+    dead: tuple[int, int, str], env_id: str, when: str, exc: BaseException | None
+) -> str:
+    """The message of an ``EnvError`` for the worker process ``dead`` (from
+    :func:`dead_worker`) of the env ``env_id``, found ``when`` ("during step() after 5 env
+    steps of this collect step"); ``exc``: the pipe's error, if one told."""
+    i, pid, how = dead
+    pipe = "" if exc is None else f" (its pipe: {type(exc).__name__}: {exc})"
+    return (
+        f"sub-env {i}'s process (pid {pid}) of {env_id!r} died ({how}) {when}{pipe}; the "
+        "env did not raise: something ended its process (the out-of-memory killer, a kill, "
+        "a crash in native code); check the system log (dmesg) and memory, then resume from "
+        "the last checkpoint"
+    )
+
+
+def has_workers(env: Any) -> bool:
+    """True for a vector env whose sub-envs run in worker processes (``AsyncVectorEnv``)."""
+    return bool(getattr(env.unwrapped, "processes", None))
+
+
+def terminate_workers(env: Any, wait: float = 5.0) -> None:
+    """End the worker processes of ``env`` (an ``AsyncVectorEnv``; others have none):
+    SIGTERM, then SIGKILL for one still alive ``wait`` seconds later; each is joined."""
     for process in getattr(env.unwrapped, "processes", None) or []:
         if process.is_alive():
             process.terminate()
-        process.join(timeout=5)
+        process.join(timeout=wait)
+        if process.is_alive():  # deaf to SIGTERM (a handler, a call stuck in the kernel)
+            process.kill()
+            process.join(timeout=wait)
+
+
+def end_workers(env: Any) -> None:
+    """Close an ``AsyncVectorEnv`` without asking its worker processes anything: end them
+    (:func:`terminate_workers`), close its pipes and mark it closed. For a worker that
+    died, or one that owes the reply to a call that was cut short or given up (a hung
+    env): gymnasium's close would wait for that reply for ever (or read EOF and raise),
+    and its ``__del__`` would try again ("Exception ignored in ... EOFError"). A no-op
+    for envs without worker processes; a later ``env.close()`` closes only the wrappers."""
+    base = env.unwrapped
+    if not has_workers(env):
+        return
+    terminate_workers(env)
+    for pipe in getattr(base, "parent_pipes", None) or []:
+        if pipe is not None:
+            pipe.close()
+    base.closed = True

@@ -26,6 +26,12 @@ Contract (``docs/async-collection.md``), for an epoch of N collect steps:
 
 Python envs hold the GIL while they step; torch releases it inside its kernels, so the
 overlap is partial (``train/overlap_time`` logs it per collect step).
+
+A collect step still running when the grace period of a stop ends (an env that hangs in
+``step``) is given up (:meth:`AsyncCollection.stop`): env processes (``AsyncVectorEnv``)
+then take no further call and are ended when the envs close, which frees the thread; a
+thread hung in an in-process env cannot be freed, and the trainer refuses to collect again
+while it is (``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from epochtrain.data.buffer import ObsArray, ReplayBuffer
 from epochtrain.data.collector import Collector
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats
+from epochtrain.trainer.safety import with_run_context
 
 if TYPE_CHECKING:
     from epochtrain.trainer.offpolicy import OffpolicyTrainer
@@ -225,12 +232,13 @@ class AsyncCollection:
         self.shadow = Collector(
             self.actor, collector.env, self.staged, exploration=collector.exploration
         )
+        self._collector = collector
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._hung: threading.Thread | None = None  # given up by stop(), still in its job
         self._done = threading.Event()
         self._outcome: _Outcome | None = None
         self._deadline: float | None = None  # time.monotonic() when waiting for it ends
-        weakref.finalize(self, self._jobs.put, None)  # the thread ends with this object
 
     def start(
         self,
@@ -245,7 +253,9 @@ class AsyncCollection:
     ) -> None:
         """Sync the actor copy with ``policy`` (weights, exploration, progress ``env_step``)
         and the shadow collector with ``collector``'s episodes, then run one collect step:
-        in the worker thread (``background``) or now in this thread."""
+        in the worker thread (``background``) or now in this thread. ``EnvError`` for envs
+        given up at a stop before, ``RuntimeError`` while the collect step given up then
+        still runs (:meth:`stop`)."""
         with torch.no_grad():
             torch._foreach_copy_(self._dst, self._src)
         actor = self.actor
@@ -256,6 +266,7 @@ class AsyncCollection:
         self.generator.set_state(rng_state)
         self.shadow.obs_transform = collector.obs_transform
         self.shadow.load_state_dict(collector.state_dict())
+        self._refuse_if_hung()
         self.staged.staged.clear()
         self._done.clear()
         self._outcome = None
@@ -276,11 +287,28 @@ class AsyncCollection:
             job()
             return
         if self._thread is None:
+            self._jobs = queue.SimpleQueue()  # its own: a given-up thread keeps the old one
+            weakref.finalize(self, self._jobs.put, None)  # the thread ends with this object
             self._thread = threading.Thread(
                 target=_serve, args=(self._jobs,), name="epochtrain-collect", daemon=True
             )
             self._thread.start()
         self._jobs.put(job)
+
+    def _refuse_if_hung(self) -> None:
+        """Raise ``RuntimeError`` while a collect step :meth:`stop` gave up still runs."""
+        if self._hung is None:
+            return
+        if not self._done.is_set():
+            raise RuntimeError(
+                "this trainer's asynchronous-collection worker thread is still hung in the "
+                f"collect step it gave up {_GRACE_SECONDS:g} s after the run was stopped "
+                "(Ctrl-C or SIGTERM): an env's step() that does not return; this trainer "
+                "cannot collect any more (a thread cannot be stopped; it is a daemon thread, "
+                "so it does not keep the process alive): build a new trainer that resumes "
+                "from the last checkpoint, in a new process if the env holds a lock"
+            )
+        self._hung = None  # it returned at last; its thread ends (stop() told it to)
 
     def join(self) -> _Outcome:
         """Wait for the collect step started last; its stats or exception. Ctrl-C while
@@ -310,9 +338,11 @@ class AsyncCollection:
 
     def stop(self) -> None:
         """Let a collect step in flight finish, within the grace period
-        (:meth:`wait_grace`), then end the worker thread; a collect still running then (a
-        hung env) is left to the daemon thread. Safe to call more than once; a later
-        :meth:`start` starts a new thread."""
+        (:meth:`wait_grace`), then end the worker thread. A collect still running then (a
+        hung env) is given up: it is left to the daemon thread, and the training envs, if
+        in processes, take no further call (``Collector.give_up``: closing them ends their
+        processes, which frees the thread); :meth:`start` refuses while it runs. Safe to
+        call more than once; a later :meth:`start` starts a new thread."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
@@ -320,8 +350,21 @@ class AsyncCollection:
             self.wait_grace()
         finally:  # a second Ctrl-C too: the thread ends once its job does
             self._jobs.put(None)
+            if not self._done.is_set():
+                self._give_up(thread)
         assert self._deadline is not None
         thread.join(timeout=max(0.0, self._deadline - time.monotonic()))
+
+    def _give_up(self, thread: threading.Thread) -> None:
+        """The collect step ``thread`` runs is given up (see :meth:`stop`)."""
+        self._hung = thread
+        reason = (
+            "a step() of theirs was given up, still running in the asynchronous-collection "
+            f"worker thread {_GRACE_SECONDS:g} s after the run was stopped (Ctrl-C or "
+            "SIGTERM): an env that hangs"
+        )
+        for collector in (self._collector, self.shadow):
+            collector.give_up(reason)
 
     def land(self, collector: Collector, *, keep_rows: bool = True) -> None:
         """Add the staged rows to ``collector.buffer`` (``keep_rows``) and hand the
@@ -332,6 +375,8 @@ class AsyncCollection:
             collector.last_collect_rows = self.shadow.last_collect_rows
         self.staged.staged.clear()
         collector.load_state_dict(self.shadow.state_dict())
+        if self.shadow.given_up is not None:  # a step cut short by Ctrl-C in this thread
+            collector.give_up(self.shadow.given_up)
 
 
 def _named_tensors(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
@@ -400,15 +445,18 @@ def _start(trainer: OffpolicyTrainer[Any], *, background: bool) -> None:
     p = trainer.params
     runner = trainer.async_collection
     assert runner is not None
-    runner.start(
-        trainer.policy,
-        trainer.train_collector,
-        env_step=trainer.state.env_step,
-        rng_state=trainer._actor_rng_state,
-        n_step=p.step_per_collect,
-        n_episode=p.episode_per_collect,
-        background=background,
-    )
+    try:
+        runner.start(
+            trainer.policy,
+            trainer.train_collector,
+            env_step=trainer.state.env_step,
+            rng_state=trainer._actor_rng_state,
+            n_step=p.step_per_collect,
+            n_episode=p.episode_per_collect,
+            background=background,
+        )
+    except EnvError as exc:  # envs given up at an earlier stop: named as a collect's error
+        raise with_run_context(trainer, exc, trainer.state.env_step) from exc.__cause__
 
 
 def _record(

@@ -55,6 +55,12 @@ def next_epoch(trainer: BaseTrainer[TTrainingStats]) -> EpochStats[TTrainingStat
     hold_checkpoint_dir(trainer)
     if not trainer._started:
         refuse_another_runs_checkpoints(trainer)
+    for name, collector in trainer._collectors():  # a killed env process: before any work
+        try:
+            collector.check_env_processes(f"before epoch {trainer.state.epoch + 1} started")
+        except EnvError as exc:
+            envs = "the test envs: " if name == "test_collector" else ""
+            raise with_run_context(trainer, exc, trainer.state.env_step, envs) from exc.__cause__
     start = time.perf_counter()
     snapshot = EpochSnapshot.take(trainer)
     trainer._in_next = True
@@ -178,8 +184,10 @@ def test_step(trainer: BaseTrainer[Any]) -> CollectStats | None:
     except NonFiniteError as exc:
         on_nonfinite(trainer, exc, f"the test after {run_position(trainer)}")
         return None
-    except EnvError as exc:  # named as a training env's error is
-        raise with_run_context(trainer, exc, trainer.state.env_step) from exc.__cause__
+    except EnvError as exc:  # named as a training env's error is, as the test envs'
+        raise with_run_context(trainer, exc, trainer.state.env_step, "the test envs: ") from (
+            exc.__cause__
+        )
     finally:
         trainer.policy.exploration = train_exploration
     trainer.state.test_time += stat.collect_time

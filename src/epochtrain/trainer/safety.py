@@ -137,14 +137,16 @@ def run_position(trainer: BaseTrainer[Any]) -> str:
     return f"env step {trainer.state.env_step}"
 
 
-def with_run_context(trainer: BaseTrainer[Any], exc: EnvError, env_step: int) -> EnvError:
+def with_run_context(
+    trainer: BaseTrainer[Any], exc: EnvError, env_step: int, prefix: str = ""
+) -> EnvError:
     """Close all of ``trainer``'s envs and its collect thread (:func:`close_envs`: no
     worker process or thread outlives the error), then return ``exc`` again with the
-    run's env step and epoch in its message."""
+    run's env step and epoch in its message (after ``prefix``, e.g. "the test envs: ")."""
     close_envs(trainer)
     where = run_position(trainer) if trainer.kind == "offline" else f"env step {env_step}"
     error = EnvError(
-        f"{exc} at {where} (epoch {trainer.state.epoch}); the envs were closed; "
+        f"{prefix}{exc} at {where} (epoch {trainer.state.epoch}); the envs were closed; "
         f"{last_checkpoint_text(trainer)}",
         sub_env=exc.sub_env,
         env_id=exc.env_id,
