@@ -33,9 +33,13 @@ The policy's actions reach the env through :func:`~epochtrain.data.actions.env_a
 (clipped to a bounded Box, shifted to a ``Discrete``'s ``start``); the buffer keeps the
 policy's own actions.
 
-An optional ``obs_transform(obs, update)`` (set by ``ObservationNormalizer``) maps every
-observation the env returns before the policy or the buffer sees it; ``update`` is True
-for new observations and False for the final observations of finished episodes.
+An optional ``obs_transform(obs, update)`` (set by an on-policy ``ObservationNormalizer``)
+maps every observation the env returns before the policy or the buffer sees it; an optional
+``act_obs_transform(obs, update)`` (set by an off-policy one) maps only what the policy acts
+on, so the buffer keeps the observations as they were (raw; a learner normalises each sampled
+minibatch with the statistics of that moment). ``update`` is True for new observations and
+False for the final observations of finished episodes and for the current observations,
+mapped again when a ``collect`` call starts (the policy acts on them; they were new before).
 
 ``state_dict(include_env=True)`` also snapshots the vector env (sub-envs, their RNGs and
 in-flight episodes) when it pickles, as a ``SyncVectorEnv`` of classic-control envs does;
@@ -182,6 +186,9 @@ class Collector:
         self._resetting: np.ndarray = np.zeros(0, dtype=np.int64)
         self.obs_transform: ObsTransform | None = None
         """Applied to every observation from the env (array observations only)."""
+        self.act_obs_transform: ObsTransform | None = None
+        """Applied (after ``obs_transform``) to the observations the policy acts on only:
+        the buffer and :meth:`state_dict` keep them untransformed (array observations only)."""
         self.last_collect_rows = 0
         """Vector steps (buffer rows) of the last ``collect`` call."""
         self._warned_long = False
@@ -211,6 +218,8 @@ class Collector:
         check_finite(self.env, obs, None, 0)
         if self.obs_transform is not None:
             obs = self.obs_transform(obs, True)
+        if self.act_obs_transform is not None:  # new data for its statistics; the policy's
+            self.act_obs_transform(obs, True)  # copy is made again when a collect starts
         self._obs = _copy(obs) if self._copy_obs else obs
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
@@ -264,7 +273,9 @@ class Collector:
         lens: list[int] = []
         steps = 0
         obs, resetting = self._obs, self._resetting
-        transform = self.obs_transform
+        transform, act_transform = self.obs_transform, self.act_obs_transform
+        # what the policy acts on: the current obs, mapped with the statistics they updated
+        act_obs = obs if act_transform is None else act_transform(obs, False)
         rows = 0
         no_extras: dict[str, np.ndarray] = {}
         extras = no_extras
@@ -277,7 +288,9 @@ class Collector:
                     env_act = env.action_space.sample()
                     act = env_act if from_env is None else from_env(env_act)
                 else:
-                    act_t, extras_t = policy.act(policy.to_tensor(_to_tensor(obs)), deterministic)
+                    act_t, extras_t = policy.act(
+                        policy.to_tensor(_to_tensor(act_obs)), deterministic
+                    )
                     act = act_t.cpu().numpy()
                     if extras_t:  # a NaN logp is the policy's fault too, found before storing
                         extras = {k: v.cpu().numpy() for k, v in extras_t.items()}
@@ -310,6 +323,7 @@ class Collector:
                     obs_next = transform(obs_next, True)
                 elif copy_obs:
                     obs_next = _copy(obs_next)
+                act_obs = obs_next if act_transform is None else act_transform(obs_next, True)
                 done = (terminated | truncated).nonzero()[0]
                 ep_return += rew
                 ep_len += 1

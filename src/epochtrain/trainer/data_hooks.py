@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import gymnasium as gym
 import numpy as np
@@ -23,6 +23,7 @@ from epochtrain.trainer.hooks import TrainerHook, online_collector
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
+    from epochtrain.trainer.offpolicy import OffpolicyTrainer
 
 __all__ = ["BatchSubSampler", "ObservationNormalizer", "RewardNormalizer", "RunningMeanStd"]
 
@@ -56,6 +57,12 @@ class RunningMeanStd:
         self.count = float(state["count"])
 
 
+def _tensor_obs(obs: Any) -> torch.Tensor:
+    """A Box observation batch (the only kind ``ObservationNormalizer`` accepts)."""
+    assert isinstance(obs, torch.Tensor), "ObservationNormalizer registers on Box spaces only"
+    return obs
+
+
 def _check_clip(clip: float | None) -> None:
     if clip is not None and not clip > 0:
         raise ValueError(f"clip must be positive or None, got {clip!r}")
@@ -63,17 +70,30 @@ def _check_clip(clip: float | None) -> None:
 
 class ObservationNormalizer(TrainerHook):
     """Normalise observations to ``(obs - mean) / sqrt(var + epsilon)``, clipped to
-    ``[-clip, clip]``, with running statistics of the training observations.
+    ``[-clip, clip]``, with running statistics of the training observations (updated with
+    each new observation the training collector receives, before the policy acts on it).
 
-    It sets the collectors' ``obs_transform``: the policy acts on, and the buffer stores,
-    normalised observations. The test collector uses the training statistics and never
-    updates them. Box observation spaces only; online trainers only.
+    The policy always acts on normalised observations. On-policy the training collector's
+    ``obs_transform`` normalises them before the buffer stores them too: each rollout is
+    learned from once, with the statistics it was collected with. Off-policy the buffer
+    keeps the raw observations (the collector's ``act_obs_transform`` normalises only what
+    the policy acts on) and each sampled minibatch's ``obs`` and ``obs_next`` are normalised
+    with the current statistics (``process_optim_batch``), as Stable-Baselines3's
+    ``VecNormalize`` does: a transition replayed long after it was collected is not fed
+    with the statistics of its time. The test collector uses the training statistics and
+    never updates them. Box observation spaces only; online trainers only, and not with
+    ``async_collection=True`` (its collect thread updates the statistics while the
+    minibatches are normalised).
     """
 
     def __init__(self, *, epsilon: float = 1e-8, clip: float | None = 10.0) -> None:
         _check_clip(clip)
         self.epsilon, self.clip = epsilon, clip
         self.rms = RunningMeanStd()
+        self.buffer_obs: Literal["normalised", "raw"] = "normalised"
+        """What the training buffer holds: ``"raw"`` once registered on an off-policy
+        trainer (saved in the state; a resume of another kind is refused)."""
+        self._cached: tuple[Any, ...] = ()  # (mean, var, device, (shift, scale)) of the last batch
 
     def register(self, trainer: BaseTrainer[Any]) -> None:
         """Install the transforms on the training and test collectors; a collector that
@@ -86,18 +106,35 @@ class ObservationNormalizer(TrainerHook):
             ("train_collector", collector),
             ("test_collector", trainer.test_collector),
         ):
-            if target is not None and target.obs_transform is not None:
-                installed = getattr(
-                    target.obs_transform, "__qualname__", repr(target.obs_transform)
-                )
+            installed_fn = None if target is None else target.obs_transform
+            if target is not None and installed_fn is None:
+                installed_fn = target.act_obs_transform
+            if installed_fn is not None:
+                installed = getattr(installed_fn, "__qualname__", repr(installed_fn))
                 raise ValueError(
                     f"ObservationNormalizer: the {label} already has an obs_transform "
                     f"({installed}), which this one would replace and leave unused: register "
                     "one ObservationNormalizer per trainer, and build each trainer's "
                     "collectors anew"
                 )
-        self.rms = RunningMeanStd(tuple(space.shape))
-        collector.obs_transform = self._train_transform
+        async_collection = trainer.kind == "offpolicy" and (
+            cast("OffpolicyTrainer[Any]", trainer).async_collection is not None
+        )
+        if async_collection:
+            raise ValueError(
+                "ObservationNormalizer does not support async_collection=True: the collect "
+                "thread would update the statistics while the gradient steps normalise their "
+                "minibatches with them (results would depend on thread timing); use "
+                "async_collection=False"
+            )
+        if self.rms.mean.shape != space.shape:  # statistics loaded before registering stay
+            self.rms = RunningMeanStd(tuple(space.shape))
+        if trainer.kind == "onpolicy":
+            collector.obs_transform = self._train_transform
+        else:
+            self.buffer_obs = "raw"
+            collector.act_obs_transform = self._train_transform
+            trainer.register_op("process_optim_batch", self.normalize_batch)
         if trainer.test_collector is not None:
             trainer.test_collector.obs_transform = self._test_transform
 
@@ -108,6 +145,39 @@ class ObservationNormalizer(TrainerHook):
             out = np.clip(out, -self.clip, self.clip)
         return out.astype(np.float32)
 
+    def normalize_batch(self, batch: Batch) -> Batch:
+        """``batch`` with ``obs`` and ``obs_next`` normalised with the current statistics:
+        :meth:`normalize` of the raw observations, bit for bit, as tensors on their device
+        (off-policy ``process_optim_batch``)."""
+        shift, scale = self._tensors(_tensor_obs(batch.obs).device)
+        low = None if self.clip is None else -self.clip
+
+        def norm(obs: torch.Tensor) -> torch.Tensor:
+            out = (obs.double() - shift) / scale  # float64, as normalize(): the same bits
+            return (out if low is None else out.clamp(low, self.clip)).float()
+
+        obs_next = batch.obs_next
+        return dataclasses.replace(
+            batch,
+            obs=norm(_tensor_obs(batch.obs)),
+            obs_next=None if obs_next is None else norm(_tensor_obs(obs_next)),
+        )
+
+    def _tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and ``sqrt(var + epsilon)`` as float64 tensors on ``device``; made
+        again only when the statistics changed (each update makes new arrays)."""
+        mean, var = self.rms.mean, self.rms.var
+        cached = self._cached
+        if cached and cached[0] is mean and cached[1] is var and cached[2] == device:
+            pair: tuple[torch.Tensor, torch.Tensor] = cached[3]
+            return pair
+        pair = (
+            torch.as_tensor(mean, dtype=torch.float64, device=device),
+            torch.as_tensor(np.sqrt(var + self.epsilon), dtype=torch.float64, device=device),
+        )
+        self._cached = (mean, var, device, pair)
+        return pair
+
     def _train_transform(self, obs: np.ndarray, update: bool) -> np.ndarray:
         if update:
             self.rms.update(np.asarray(obs, dtype=np.float64))
@@ -117,13 +187,35 @@ class ObservationNormalizer(TrainerHook):
         return self.normalize(obs)
 
     def state_dict(self) -> dict[str, Any]:
-        """The running statistics, and ``epsilon`` and ``clip`` to rebuild the transform."""
-        return {"rms": self.rms.state_dict(), "epsilon": self.epsilon, "clip": self.clip}
+        """The running statistics, ``epsilon`` and ``clip`` to rebuild the transform, and
+        what the training buffer holds (``buffer_obs``)."""
+        return {
+            "rms": self.rms.state_dict(),
+            "epsilon": self.epsilon,
+            "clip": self.clip,
+            "buffer_obs": self.buffer_obs,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the running statistics and take the saved ``epsilon`` and ``clip`` (how
         ``epochtrain eval`` rebuilds a run's normaliser). A resume never changes them: it
-        is refused first when they differ from this hook's (:meth:`resume_settings`)."""
+        is refused first when they differ from this hook's (:meth:`resume_settings`).
+
+        Registered on an off-policy trainer (its buffer keeps raw observations), a state
+        whose run stored normalised ones (an off-policy run of epochtrain before raw
+        storage; no ``buffer_obs``) is refused, changing nothing: its buffer would be
+        normalised twice. Load such a state into a hook before registering it to act with
+        its statistics only (``epochtrain eval``)."""
+        saved = state.get("buffer_obs", "normalised")
+        if self.buffer_obs == "raw" and saved != "raw":
+            raise ValueError(
+                "ObservationNormalizer: the checkpoint's replay buffer holds observations "
+                f"normalised when they were collected (buffer_obs={saved!r}: written by an "
+                "epochtrain version that stored them so off-policy); this version stores raw "
+                "observations and normalises each sampled minibatch, so resuming would "
+                "normalise them twice: start a new run (or resume with the version that "
+                "wrote the checkpoint); nothing was restored"
+            )
         self.rms.load_state_dict(state["rms"])
         self.epsilon = float(state.get("epsilon", self.epsilon))
         self.clip = state.get("clip", self.clip)
