@@ -19,6 +19,7 @@ from epochtrain.nets import (
     all_outputs,
     box_bounds,
     flat_dim,
+    is_uint8_pixels,
     q_value,
     q_values,
     soft_update,
@@ -200,6 +201,38 @@ def test_multi_binary_and_multi_discrete_observations_are_refused_naming_the_fla
     ):
         flat_dim(space)
     assert flat_dim(gym.spaces.flatten_space(space)) == gym.spaces.flatdim(space)
+
+
+@pytest.mark.parametrize(
+    ("space", "inputs"),
+    [
+        (gym.spaces.Discrete(7), 7),  # one-hot, as gymnasium's flatdim
+        (gym.spaces.Discrete(3, start=-5), 3),
+        (gym.spaces.Box(0, 255, (4, 5, 3), np.uint8), 60),
+    ],
+)
+def test_a_discrete_observation_takes_one_input_per_value(
+    space: gym.Space[object], inputs: int
+) -> None:
+    assert flat_dim(space) == inputs == gym.spaces.flatdim(space)
+
+
+@pytest.mark.parametrize(
+    ("space", "pixels"),
+    [
+        (gym.spaces.Box(0, 255, (84, 84, 3), np.uint8), True),
+        (gym.spaces.Box(0, 255, (84, 84), np.uint8), True),  # SB3 wants 3-d; an MLP does not
+        (gym.spaces.Box(0, 255, (128,), np.uint8), True),  # Atari RAM
+        (gym.spaces.Box(0, 10, (7, 7, 3), np.uint8), False),  # codes
+        (gym.spaces.Box(np.array([0, 1]), np.array([255, 255]), dtype=np.uint8), False),
+        (gym.spaces.Box(0.0, 255.0, (3,), np.float32), False),
+        (gym.spaces.Discrete(256), False),
+    ],
+)
+def test_uint8_pixels_are_uint8_boxes_over_the_full_range(
+    space: gym.Space[object], pixels: bool
+) -> None:
+    assert is_uint8_pixels(space) is pixels
 
 
 def test_box_bounds_are_checked_and_compared_in_float32() -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "box_bounds",
     "check_has_elements",
     "flat_dim",
+    "is_uint8_pixels",
     "one_d_box_hint",
     "q_value",
     "q_values",
@@ -31,15 +32,35 @@ __all__ = [
 
 
 def flat_dim(space: gym.Space[Any]) -> int:
-    """Number of inputs a flat network needs for observations of ``space``."""
+    """Number of inputs a flat network needs for observations of ``space``, as
+    :meth:`~epochtrain.algorithms.base.Policy.obs_input` encodes them: a Box's element
+    count; a ``Discrete(n)``'s ``n`` (one-hot, as Stable-Baselines3's ``preprocess_obs``)."""
     if isinstance(space, gym.spaces.Box):
         return int(np.prod(space.shape))
     if isinstance(space, gym.spaces.Discrete):
-        return 1
+        return int(space.n)
     raise ValueError(
         f"observation_space {space!r} is not supported by the flat MLP networks: "
         "use a Box or Discrete observation space (flatten Dict, Tuple, MultiBinary and "
         "MultiDiscrete spaces with gymnasium.wrappers.FlattenObservation)"
+    )
+
+
+def is_uint8_pixels(space: gym.Space[Any]) -> bool:
+    """Whether ``space`` is a Box of uint8 over the full range ``[0, 255]`` in every element
+    (pixel intensities, whatever the shape): ``Policy.obs_input`` scales such observations
+    to ``[0, 1]``.
+
+    Stable-Baselines3's ``is_image_space`` asks the same of dtype and bounds, and also a
+    3-d shape, because it picks a CNN too; every network here is an MLP on the flattened
+    observation, so a 2-d grayscale frame or a 1-d byte vector (Atari RAM) is scaled as
+    well. A uint8 Box with other bounds (codes such as ``Box(0, 10)``) is fed as is.
+    """
+    return (
+        isinstance(space, gym.spaces.Box)
+        and space.dtype == np.uint8
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
     )
 
 

@@ -1,5 +1,6 @@
 """Every algorithm and the spaces it takes: refusals that name the space and the fix, raised
-when the policy is built, and Discrete observations fed to the networks as their index."""
+when the policy is built, and Discrete observations fed to the networks as the one-hot
+encoding of their index, whatever their ``start``."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ def two_updates(policy: Policy[Any], buffer: ReplayBuffer) -> None:
 
 
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
-def test_discrete_observations_reach_the_networks_as_their_index(algo: str) -> None:
+def test_discrete_observations_reach_the_networks_as_their_one_hot_index(algo: str) -> None:
     """A Discrete(5, start=10) observation acts and learns as Discrete(5)'s ``obs - 10``."""
     act_space = action_space_of(algo)
     policies = {}

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, ParamSpec, Ty
 
 import gymnasium as gym
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from epochtrain.config import Config
 from epochtrain.config_ignored import keeps_ignored, refuse_ignored
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.errors import NonFiniteError
-from epochtrain.nets import SoftUpdate, check_has_elements
+from epochtrain.nets import SoftUpdate, check_has_elements, is_uint8_pixels
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ __all__ = [
     "TRAINER_KINDS",
     "ActResult",
     "NStepReplay",
+    "ObsEncoding",
     "OptimizerHook",
     "Policy",
     "TrainerKind",
@@ -50,6 +52,12 @@ TrainerKind = Literal["onpolicy", "offpolicy", "offline"]
 """How a trainer feeds a policy: fresh rollouts, replay samples, or a fixed dataset."""
 
 TRAINER_KINDS: tuple[TrainerKind, ...] = ("onpolicy", "offpolicy", "offline")
+
+ObsEncoding = Literal["as_is", "one_hot", "pixels"]
+"""How :meth:`Policy.obs_input` hands observations to the networks, chosen once from the
+observation space: ``"one_hot"`` for a ``Discrete(n, start=k)`` (``n`` inputs),
+``"pixels"`` for a uint8 Box over ``[0, 255]`` (:func:`~epochtrain.nets.is_uint8_pixels`:
+uint8 values divided by 255), ``"as_is"`` for any other Box."""
 
 TConfig = TypeVar("TConfig", bound=Config)
 P = ParamSpec("P")
@@ -279,11 +287,14 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         self.skipped_steps = 0
         """Optimizer steps skipped for a non-finite loss or gradient norm."""
         self._soft_update: SoftUpdate | None = None
-        self._obs_start = (
-            int(observation_space.start)
-            if isinstance(observation_space, gym.spaces.Discrete)
-            else 0
+        # decided once: obs_input runs on every act and learn, and a float Box pays one compare
+        self._obs_encoding: ObsEncoding = (
+            "pixels" if is_uint8_pixels(observation_space) else "as_is"
         )
+        self._obs_start = self._obs_n = 0
+        if isinstance(observation_space, gym.spaces.Discrete):
+            self._obs_encoding = "one_hot"
+            self._obs_start, self._obs_n = int(observation_space.start), int(observation_space.n)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Wrap the ``act`` a subclass defines in :func:`_without_grad`, so that every
@@ -444,12 +455,86 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
             self.optimizers[name].load_state_dict(copy.deepcopy(opt_state))
         self.exploration = state.get("exploration")
 
+    @property
+    def obs_encoding(self) -> ObsEncoding:
+        """How :meth:`obs_input` encodes this policy's observations (:data:`ObsEncoding`)."""
+        return self._obs_encoding
+
     def obs_input(self, obs: Obs) -> Tensor:
-        """``obs`` as the flat networks take it: a ``Discrete(n, start=k)`` observation as
-        its index ``0 .. n-1`` (the buffer keeps the env's value), any other as is."""
+        """``obs`` as the flat networks take it (the buffer keeps the env's values), as
+        Stable-Baselines3's ``preprocess_obs`` does: a ``Discrete(n, start=k)`` observation
+        one-hot encoded (float32, ``[..., n]``: ``obs - k`` is the hot index), a uint8 Box
+        over ``[0, 255]`` divided by 255 (float32 in ``[0, 1]``), any other Box as is.
+
+        A pixel policy scales uint8 tensors only: observations an ``ObservationNormalizer``
+        made float32 are normalised already and pass as they are. A Discrete observation
+        outside the space is a ``ValueError``.
+        """
         # flat_dim rejected dict observation spaces in the built-in policies' constructors
         assert isinstance(obs, Tensor)
-        return obs - self._obs_start if self._obs_start else obs
+        encoding = self._obs_encoding
+        if encoding == "as_is":
+            return obs
+        if encoding == "pixels":
+            return obs.to(torch.float32).div_(255.0) if obs.dtype == torch.uint8 else obs
+        return self._one_hot(obs)
+
+    def _one_hot(self, obs: Tensor) -> Tensor:
+        """``obs`` of a ``Discrete(n, start=k)`` as one-hot float32 rows ``[..., n]``."""
+        index = obs.long()
+        if self._obs_start:
+            index = index - self._obs_start
+        try:
+            return F.one_hot(index, self._obs_n).to(torch.float32)
+        except RuntimeError as exc:  # an index below 0 or from n on
+            bad = sorted(set(obs[(index < 0) | (index >= self._obs_n)].tolist()))[:5]
+            raise ValueError(
+                f"observations {bad} lie outside the policy's observation_space "
+                f"{self.observation_space!r} (one-hot encoded, values {self._obs_start} .. "
+                f"{self._obs_start + self._obs_n - 1}): give the policy observations of that "
+                "space, or build it from the env's observation space"
+            ) from exc
+
+    def state_mismatch_note(self, own: torch.Size, saved: torch.Size) -> str | None:
+        """Why a saved tensor shaped ``saved`` does not fit this policy's tensor shaped
+        ``own``, when the reason is that this epochtrain one-hot encodes a ``Discrete(n)``
+        observation (``n`` inputs) where the version that saved it fed its index (one
+        input); None otherwise. Checkpoint loading adds it to its error."""
+        n = self._obs_n
+        if n < 2 or len(own) != len(saved):
+            return None
+        differ = [i for i, (a, b) in enumerate(zip(own, saved, strict=True)) if a != b]
+        if len(differ) != 1 or own[differ[0]] - saved[differ[0]] != n - 1:
+            return None
+        return (
+            f"saved by an older epochtrain, which fed the {self.observation_space!r} "
+            f"observation to the networks as one number: a Discrete observation is now "
+            f"one-hot encoded ({n} inputs), so these weights cannot be loaded; load them "
+            "with the epochtrain version that wrote them, or train the policy anew"
+        )
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """Name the one-hot change (:meth:`state_mismatch_note`) beside torch's size errors."""
+        if self._obs_n >= 2:
+            for name, tensor in self.named_parameters():
+                saved = state_dict.get(prefix + name)
+                if isinstance(saved, Tensor) and saved.shape != tensor.shape:
+                    note = self.state_mismatch_note(tensor.shape, saved.shape)
+                    if note is not None:
+                        error_msgs.append(f"{prefix + name!r}: {note}")
+                        break
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def to_tensor(self, obs: Obs) -> Obs:
         """Observations moved to the policy's device as float tensors where needed."""

@@ -128,7 +128,7 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
         when ``normalize_obs`` is on and it has not been called.
         """
         data = buffer.rollout()
-        obs = self.obs_input(data.obs)  # a Discrete's index, as preprocess_obs shifts it
+        obs = self.obs_input(data.obs)  # as preprocess_obs encodes it (one-hot, pixels / 255)
         if data.valid is not None:
             obs = obs[data.valid]
         obs = obs.reshape(-1, *self.obs_mean.shape).to(self.device, torch.float32)

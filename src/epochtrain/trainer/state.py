@@ -123,9 +123,15 @@ def check_policy_state(policy: Policy[Any], state: Mapping[str, Any]) -> None:
             got = (
                 f"{tuple(saved.shape)} {saved.dtype}" if isinstance(saved, torch.Tensor) else saved
             )
+            note = (
+                policy.state_mismatch_note(tensor.shape, saved.shape)
+                if isinstance(saved, torch.Tensor)
+                else None
+            )
             raise ValueError(
                 f"policy tensor {key!r} is {tuple(tensor.shape)} {tensor.dtype} here, the "
-                f"state has {got}: build the policy with the checkpointed run's settings"
+                f"state has {got}: "
+                + (note or "build the policy with the checkpointed run's settings")
             )
     extra = state.get("_extra_state")
     if isinstance(extra, Mapping) and isinstance(extra.get("optimizers"), Mapping):
