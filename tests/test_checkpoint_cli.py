@@ -89,7 +89,7 @@ def test_resume_and_eval_errors_exit_2_with_one_line(
     assert main(["train", "--seed", "1", *wrong[3:]]) == 2
     assert "the checkpoint's run is ppo on CartPole-v1 with seed 0" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "missing")]) == 2
-    assert "holds no complete checkpoint" in capsys.readouterr().err
+    assert "missing does not exist" in capsys.readouterr().err
     assert main(["eval", str(tmp_path), "--episodes", "0"]) == 2
     assert "--episodes must be >= 1" in capsys.readouterr().err
 

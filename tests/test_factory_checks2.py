@@ -83,7 +83,31 @@ def test_a_minibatch_larger_than_the_rollout_warns_naming_both_sizes() -> None:
         make_trainer("ppo", "CartPole-v1", num_envs=2, step_per_collect=31, batch_size=33, **SHORT)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        make_trainer("ppo", "CartPole-v1", num_envs=2, step_per_collect=31, batch_size=32, **SHORT)
+        long = {**SHORT, "step_per_epoch": 32}  # one whole collect step
+        make_trainer("ppo", "CartPole-v1", num_envs=2, step_per_collect=31, batch_size=32, **long)
+        make_trainer("ppo", "CartPole-v1", num_envs=2, step_per_collect=31, batch_size=None, **long)
+
+
+FIT: dict[str, Any] = dict(batch_size=None, show_progress=False)
+
+
+def test_an_epoch_shorter_than_one_collect_step_warns_naming_both_sizes() -> None:
+    """It ran a whole collect step per epoch silently (256 env steps for 64 asked)."""
+    with pytest.warns(UnusedSettingWarning, match=r"step_per_epoch=64 is less than one collect "
+                      r"step \(step_per_collect=250 over num_envs=4: 252 env steps\)"):  # fmt: skip
         make_trainer(
-            "ppo", "CartPole-v1", num_envs=2, step_per_collect=31, batch_size=None, **SHORT
+            "ppo", "CartPole-v1", num_envs=4, step_per_collect=250, step_per_epoch=64, **FIT
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_trainer(
+            "ppo", "CartPole-v1", num_envs=4, step_per_collect=250, step_per_epoch=252, **FIT
+        )
+        make_trainer(
+            "pg",
+            "CartPole-v1",
+            episode_per_collect=1,
+            step_per_collect=None,
+            buffer_size=2000,
+            **FIT,
         )

@@ -79,3 +79,28 @@ def test_tuned_refuses_an_algorithm_that_cannot_act_on_the_env(
         make_trainer(algo, env_id)
     assert str(tuned.value) == str(built.value)
     assert RunSpec.tuned("sac", env_id).env_id == env_id  # SAC acts on both kinds
+
+
+def test_a_replay_buffer_smaller_than_a_minibatch_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``buffer_size=10, batch_size=64`` trained 128 gradient steps of 64 transitions drawn
+    (with replacement) from the 10 the buffer could hold, without a word."""
+    from epochtrain.cli import main
+    from epochtrain.factory import check_spec
+
+    small = {"buffer_size": 10, "batch_size": 64}
+    expected = (
+        "buffer.buffer_size=10 is smaller than trainer.batch_size=64: the replay buffer could "
+        "never hold one minibatch"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)) as info:
+        make_trainer("dqn", "CartPole-v1", **small)
+    assert "set buffer_size >= batch_size (typically 100000)" in str(info.value)
+    spec = RunSpec.tuned("dqn", "CartPole-v1").with_overrides(small)  # a file may hold it
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        check_spec(spec)
+    assert main(["config", "--algo", "dqn", "--buffer-size", "10", "--batch-size", "64"]) == 2
+    assert expected in capsys.readouterr().err
+    RunSpec.tuned("dqn", "CartPole-v1").with_overrides({"buffer_size": 64, "batch_size": 64})
+    check_spec(RunSpec.tuned("dqn", "CartPole-v1").with_overrides({"buffer_size": 64}))

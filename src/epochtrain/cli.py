@@ -29,9 +29,23 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from epochtrain.spec_args import add_spec_options, flag_words, resolve_spec, settings_help
+from epochtrain.spec_args import (
+    add_spec_options,
+    flag_words,
+    resolve_spec,
+    settings_help,
+    spec_flags,
+)
 
-__all__ = ["build_parser", "command_words", "main", "plain_text"]
+__all__ = [
+    "COMMAND_DEFAULTS",
+    "build_parser",
+    "command_words",
+    "main",
+    "options_given",
+    "plain_text",
+    "resolve_command_spec",
+]
 
 # Errors found before any work starts: a one-line message and exit status 2 (a missing
 # optional extra is an ImportError subclass naming the pip command). Every command uses it.
@@ -42,7 +56,37 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}{_choice_hint(message)}\n")
+        hint = _choice_hint(message) or _dash_value_hint(message)
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?$|^-inf(?:inity)?$", re.I)
+"""A value argparse is to read as a number, not as an option: argparse's own pattern takes
+``-1`` and ``-1.5`` only, so ``--stop-at -1e2`` (or ``-inf``) was "expected one argument"."""
+
+
+def _dash_value_hint(message: str) -> str:
+    """`` (write --opt=VALUE ...)`` for argparse's "argument --opt: expected one argument",
+    which is also what a value starting with ``-`` that is not a number gets, else ``""``."""
+    found = re.search(r"argument (--[\w-]+)(?:/\S+)?: expected one argument", message)
+    if found is None:
+        return ""
+    return f" (a value that starts with '-' is written {found[1]}=VALUE)"
+
+
+def _option_hint(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """`` (did you mean '--max-epoch'?)`` for the first of the ``unknown`` arguments of a
+    command (``--max-epochs``) close to one of its options (``parser``'s), else ``""``."""
+    from epochtrain.suggestions import close_matches
+
+    # argparse has no public list of a parser's options; _actions is in typeshed
+    options = [s for action in parser._actions for s in action.option_strings if s[:2] == "--"]
+    for word in unknown:
+        if word.startswith("--"):
+            hint = close_matches(word.partition("=")[0], options)
+            if hint:
+                return hint
+    return ""
 
 
 def _choice_hint(message: str) -> str:
@@ -114,22 +158,80 @@ class _DefaultsFormatter(
         return super()._format_text(plain_text(text))
 
 
+COMMAND_DEFAULTS: dict[str, Any] = {"trainer.verbose": True}
+"""Settings whose default in ``train`` and ``config`` is not the class default: a command
+prints one line per epoch (the log of a run in a terminal or a job's file). Applied where
+the commands resolve their spec (:func:`resolve_command_spec`), so ``config`` prints what
+``train`` runs; a ``--config`` file that gives one keeps its value; ``--help`` shows them."""
+
+_HELP_NOTES = {
+    "trainer.step_per_epoch": "An online epoch is whole collect steps: it ends with the "
+    "collect step that reaches this, so with step_per_collect 256 an epoch of 64 runs 256 "
+    "env steps (as in Tianshou); the first line of train says how many.",
+}
+"""What the help of a setting's flag adds for the commands' users."""
+
+
+def _state_command_defaults(parser: argparse.ArgumentParser, quiet: bool) -> None:
+    """Add to the help of the flags of :data:`COMMAND_DEFAULTS` the command's default (and
+    ``--quiet`` on ``train``), and :data:`_HELP_NOTES` to theirs."""
+
+    def shown(value: Any) -> str:
+        return ("on" if value else "off") if isinstance(value, bool) else repr(value)
+
+    setting_of = {f"--{flag}": (name, info) for flag, (name, info) in spec_flags().items()}
+    for action in parser._actions:  # argparse has no public list of them; in typeshed
+        found = [setting_of[s] for s in action.option_strings if s in setting_of]
+        if not found:
+            continue
+        name, info = found[0]
+        if name in COMMAND_DEFAULTS:
+            also = "; --quiet turns it off too" if quiet and name == "trainer.verbose" else ""
+            action.help = (
+                f"{action.help} (default: {shown(COMMAND_DEFAULTS[name])}{also}; "
+                f"in Python: {shown(info.default)})"
+            )
+        if name in _HELP_NOTES:
+            action.help = f"{action.help} {_HELP_NOTES[name]}"
+
+
+def _settings_epilog() -> str:
+    """The settings list of ``--help`` (:func:`~epochtrain.spec_args.settings_help`), with
+    the commands' defaults of :data:`COMMAND_DEFAULTS` for the class defaults."""
+    text = settings_help()
+    for name, value in COMMAND_DEFAULTS.items():
+        line = re.compile(rf"^(  {re.escape(name)} = )(\S+)(?=  \[)", re.M)
+        text = line.sub(rf"\g<1>{value!r} (in Python: \g<2>)", text)
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser; ``--help`` lists every option and setting with its default."""
+    return _build_parser()[0]
+
+
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command-line parser and the parser of each command."""
     fmt = _DefaultsFormatter
     description = __doc__.splitlines()[0]  # its markup: left out by the formatter
     parser = _Parser(prog="epochtrain", description=description, formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    epilog = settings_help()
+    epilog = _settings_epilog()
     train = sub.add_parser(
         "train", help="train an algorithm on a gymnasium env", formatter_class=fmt, epilog=epilog
     )
     add_spec_options(train)
+    _state_command_defaults(train, quiet=True)
     train.add_argument(
         "--logdir", default="runs", help="parent folder of run directories ('' disables)"
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    train.add_argument("--quiet", action="store_true", help="do not print a line per epoch")
+    train.add_argument(
+        "--quiet",
+        action="store_true",
+        help="do not print a line per epoch (the first line, naming the run directory, and "
+        "the closing lines stay)",
+    )
     train.add_argument(
         "--resume",
         default=None,
@@ -144,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=epilog,
     )
     add_spec_options(config)
+    _state_command_defaults(config, quiet=False)
     config.add_argument("--json", action="store_true", help="print JSON instead of TOML")
     # imported here, not at the top: cli_policy imports USAGE_ERRORS from this module
     from epochtrain.cli_policy import add_collect_parser, add_eval_parser
@@ -153,7 +256,51 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub)
     add_compare_parser(sub)
     add_eval_parser(sub, fmt)
-    return parser
+    for each in (parser, *sub.choices.values()):
+        each._negative_number_matcher = _NEGATIVE_NUMBER  # argparse's own is in typeshed
+    return parser, dict(sub.choices)
+
+
+def resolve_command_spec(args: argparse.Namespace, resumed: Any = None) -> Any:
+    """The run spec of ``train`` and ``config``:
+    :func:`~epochtrain.spec_args.resolve_spec`, with :data:`COMMAND_DEFAULTS` for the
+    settings that neither this command line nor a ``--config`` file gives (a ``--resume``
+    checkpoint's are the command's of its first run: the defaults apply over them)."""
+    spec = resolve_spec(args, resumed=resumed)
+    given = set(options_given(args, spec))
+    if args.config is not None:
+        given |= _file_settings(args.config)
+    defaults = {name: v for name, v in COMMAND_DEFAULTS.items() if name not in given}
+    return spec.with_overrides(defaults) if defaults else spec
+
+
+def _file_settings(path: str) -> set[str]:
+    """The dotted names of the settings the spec file ``path`` gives (``trainer.verbose``)."""
+    from pathlib import Path
+
+    from epochtrain.spec_files import read_spec_file
+
+    names: set[str] = set()
+    for key, value in read_spec_file(Path(path)).items():
+        names |= {f"{key}.{k}" for k in value} if isinstance(value, dict) else {key}
+    return names
+
+
+def options_given(args: argparse.Namespace, spec: Any) -> dict[str, str]:
+    """``{setting: the option of this command line that set it}``, as typed: a flag
+    (``--no-async-collection``) or ``--set NAME=VALUE`` (the last one naming the setting;
+    ``--set`` applies after the flags)."""
+    given: dict[str, str] = {}
+    for flag, (name, info) in spec_flags().items():
+        value = getattr(args, flag.replace("-", "_"), None)
+        if info.type is bool and value is not None:
+            given[name] = f"--{flag}" if value else f"--no-{flag}"
+        elif info.type is not bool and hasattr(args, flag.replace("-", "_")):
+            given[name] = f"--{flag}"
+    for item in args.set:
+        section, field = spec.resolve_name(item.partition("=")[0].strip())
+        given[field if section is None else f"{section}.{field}"] = f"--set {item}"
+    return given
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -163,7 +310,7 @@ def _config(args: argparse.Namespace) -> int:
     from epochtrain.factory import check_spec
 
     try:
-        spec = resolve_spec(args)
+        spec = resolve_command_spec(args)
         check_spec(spec, dataset=False)
     except USAGE_ERRORS as exc:
         print(f"epochtrain: error: {command_words(str(exc))}", file=sys.stderr)
@@ -241,8 +388,11 @@ def _warning_line(
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    parser, commands = _build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        hint = _option_hint(commands[args.command], unknown)
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     if args.command in ("train", "config"):
         chosen = args.algo or args.config or getattr(args, "resume", None)  # or --resume DIR
         if chosen is None:

@@ -119,11 +119,12 @@ def add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def _checkpoint_trainer(
-    path: str, device: str, num_test_envs: int
+    path: str, device: str, num_test_envs: int, option: str = ""
 ) -> tuple[Any, Path, dict[str, Any]]:
     """A trainer rebuilt from a checkpoint's manifest, with the checkpoint's policy loaded.
 
-    Returns the trainer, the resolved checkpoint directory and its manifest.
+    Returns the trainer, the resolved checkpoint directory and its manifest. A ``path``
+    that is no directory is refused naming ``option`` (``"--checkpoint "``) and the path.
     """
     from epochtrain.checkpoint import (
         CheckpointVersionWarning,
@@ -137,6 +138,12 @@ def _checkpoint_trainer(
     from epochtrain.spec import RunSpec
     from epochtrain.trainer import ObservationNormalizer
 
+    if not Path(path).is_dir():  # not "holds no complete checkpoint": nothing is there
+        what = "is a file" if Path(path).exists() else "does not exist"
+        raise FileNotFoundError(
+            f"{option}{path} {what}: pass a checkpoint directory (epoch_*), the checkpoint_dir "
+            "a run has written to, or its run directory"
+        )
     ckpt = resolve_checkpoint(path)
     saved = read_manifest(ckpt, verify_files=False).get("spec")  # load_policy verifies
     if saved is None:
@@ -169,8 +176,8 @@ def _checkpoint_trainer(
         # the policy acts on normalised observations: test it on them, with the run's stats
         if name == ObservationNormalizer.__qualname__:
             normalizer = ObservationNormalizer()
+            normalizer.load_state_dict(state)  # before register: an old off-policy state loads
             trainer.register_hook(normalizer)
-            normalizer.load_state_dict(state)
     return trainer, ckpt, manifest
 
 
@@ -280,7 +287,7 @@ def _collect_policy(args: argparse.Namespace) -> tuple[Any, str, Any]:
     if args.random:
         return None, "random", None
     if args.checkpoint is not None:
-        trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1)
+        trainer, ckpt, manifest = _checkpoint_trainer(args.checkpoint, "cpu", 1, "--checkpoint ")
         trainer.close()  # only its policy and observation normaliser are used
         if manifest["spec"]["env_id"] != args.env:
             raise ValueError(

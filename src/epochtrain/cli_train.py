@@ -5,8 +5,9 @@
 ``--resume``, then the flags and ``--set``), makes the run directory
 ``<logdir>/<env>_<algo>_seed<seed>_<time>`` (its ``spec.toml``, logs and ``checkpoints/``),
 refuses in the command line's words what would fail later (a missing ``--dataset``, another
-run's checkpoints, settings a resumed run may not change), trains and ends with the mean
-test return. The parser, the ``config`` command, the error wording
+run's checkpoints, settings a resumed run may not change, a device this machine lacks)
+before any folder is made, opens with a line naming the run and its run directory, trains
+and ends with the mean test return. The parser, the ``config`` command, the error wording
 (:func:`~epochtrain.cli.command_words`) and the dispatch of every command are in
 :mod:`epochtrain.cli`.
 """
@@ -22,8 +23,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epochtrain.cli import USAGE_ERRORS, command_words
-from epochtrain.spec_args import resolve_spec, setting_flags, spec_flags
+from epochtrain.cli import USAGE_ERRORS, command_words, options_given, resolve_command_spec
+from epochtrain.spec_args import setting_flags
 
 if TYPE_CHECKING:
     from epochtrain.trainer.params import SettingsMismatchError
@@ -74,22 +75,24 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         base = RunSpec.from_dict(saved)
     # the checkpoint's own directory is where it is now (below), unless an option says
     resumed = None if base is None else base.with_overrides({"checkpoint_dir": None})
-    spec = resolve_spec(args, resumed=resumed)
+    spec = resolve_command_spec(args, resumed=resumed)
     _refuse_logdir_setting(args, spec)
-    if base is not None and "trainer.resume_from" in _options_given(args, spec):
+    if base is not None and "trainer.resume_from" in options_given(args, spec):
         raise ValueError(
             f"--resume {args.resume} and --set resume_from both name a checkpoint to start "
             "from: pass one (--resume continues that run in its directory; --set "
             "resume_from=CKPT starts a new run from CKPT)"
         )
-    if "trainer.checkpoint_dir" in _options_given(args, spec) and not spec.trainer.checkpoint_dir:
+    if "trainer.checkpoint_dir" in options_given(args, spec) and not spec.trainer.checkpoint_dir:
         spec = spec.with_overrides({"checkpoint_dir": ""})  # `--checkpoint-dir none`: none
     if base is None:
         spec = _as_new_run(args, spec)
-    if spec.entry.kind == "offline":
-        from epochtrain.factory import check_spec
+    from epochtrain.factory import check_spec
 
-        check_spec(spec, dataset=False)  # Discrete actions for TD3+BC: no dataset helps
+    # before any folder is made: the policy on the env's spaces, the device (Discrete
+    # actions for TD3+BC, before the dataset: no dataset helps)
+    check_spec(spec, dataset=False)
+    if spec.entry.kind == "offline":
         _check_dataset(spec)
     if args.logdir:
         check_writable_dir(args.logdir, "--logdir")
@@ -130,8 +133,7 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     spec = spec.with_overrides(
         {
             "show_progress": spec.trainer.show_progress and not args.no_progress,
-            # on unless --quiet or --no-verbose: a spec file's class default (off) is not asked
-            "verbose": not args.quiet and args.verbose is not False,
+            "verbose": spec.trainer.verbose and not args.quiet,  # its default: COMMAND_DEFAULTS
         }
     )
     return spec, run_dir
@@ -141,7 +143,7 @@ def _refuse_logdir_setting(args: argparse.Namespace, spec: Any) -> None:
     """``ValueError`` for ``--set logdir=X`` (or ``logging.logdir``): ``train`` logs into a
     run directory of its own under ``--logdir`` (a resumed run: the checkpoint's), which
     would replace the setting without a word."""
-    option = _options_given(args, spec).get("logging.logdir")
+    option = options_given(args, spec).get("logging.logdir")
     if option is None:
         return
     if args.resume is not None:
@@ -173,7 +175,7 @@ def _as_new_run(args: argparse.Namespace, spec: Any) -> Any:
         logdir, ckpt_dir = saved.logging.logdir, saved.trainer.checkpoint_dir
         own_dir = None if logdir is None else Path(logdir) / RUN_CHECKPOINTS
         if ckpt_dir is not None and Path(ckpt_dir) == own_dir:  # the file of a `train` run
-            given = _options_given(args, spec)
+            given = options_given(args, spec)
             if "trainer.checkpoint_dir" not in given:
                 changes["checkpoint_dir"] = None  # the new run directory's, below
             if "trainer.resume_from" not in given:
@@ -210,7 +212,7 @@ def _refuse_another_runs_checkpoints(args: argparse.Namespace, spec: Any) -> Non
     found = find_checkpoints(ckpt_dir)
     if not found:
         return
-    option = _options_given(args, spec).get("trainer.checkpoint_dir")
+    option = options_given(args, spec).get("trainer.checkpoint_dir")
     source = option or (f"--config {args.config}" if args.config else "--checkpoint-dir")
     raise ValueError(
         f"the checkpoint directory {ckpt_dir!r} ({source}) holds the checkpoints of another "
@@ -294,28 +296,11 @@ def _changeable_on_resume() -> list[str]:
     return [_option_of(name) for name in [*with_flag, *sorted(safe - set(with_flag))]]
 
 
-def _options_given(args: argparse.Namespace, spec: Any) -> dict[str, str]:
-    """``{setting: the option of this command line that set it}``, as typed: a flag
-    (``--no-async-collection``) or ``--set NAME=VALUE`` (the last one naming the setting;
-    ``--set`` applies after the flags)."""
-    given: dict[str, str] = {}
-    for flag, (name, info) in spec_flags().items():
-        value = getattr(args, flag.replace("-", "_"), None)
-        if info.type is bool and value is not None:
-            given[name] = f"--{flag}" if value else f"--no-{flag}"
-        elif info.type is not bool and hasattr(args, flag.replace("-", "_")):
-            given[name] = f"--{flag}"
-    for item in args.set:
-        section, field = spec.resolve_name(item.partition("=")[0].strip())
-        given[field if section is None else f"{section}.{field}"] = f"--set {item}"
-    return given
-
-
 def _resume_mismatch(args: argparse.Namespace, spec: Any, exc: SettingsMismatchError) -> str:
     """The CLI's words for a ``--resume`` refused over changed settings: the options of
     this command line that changed them, to drop (``--config FILE`` for one the file
     changed), and the options a resumed run may change."""
-    given = _options_given(args, spec)
+    given = options_given(args, spec)
     options = []
     for setting in exc.settings:
         if setting in given:
@@ -334,22 +319,16 @@ def _resume_mismatch(args: argparse.Namespace, spec: Any, exc: SettingsMismatchE
 
 def run_train(args: argparse.Namespace) -> int:
     """Run ``epochtrain train``; returns the exit status (2 for an error found before any work)."""
-    from epochtrain.factory import make_trainer
     from epochtrain.trainer.params import SettingsMismatchError
 
+    spec: Any = None
     try:
-        spec, run_dir = _prepare_train(args)
+        with _removing_a_new_logdir(args):
+            spec, run_dir = _prepare_train(args)
+            trainer = _make_trainer(spec, None if args.resume is not None else run_dir)
     except USAGE_ERRORS as exc:  # found before any work
-        print(f"epochtrain: error: {command_words(str(exc))}", file=sys.stderr)
-        return 2
-    try:
-        trainer = make_trainer(spec)
-    except USAGE_ERRORS as exc:
-        if run_dir is not None and args.resume is None:
-            with contextlib.suppress(OSError):
-                run_dir.rmdir()  # the new run directory, while nothing is in it
         message = command_words(str(exc))
-        if args.resume is not None and isinstance(exc, SettingsMismatchError):
+        if args.resume is not None and isinstance(exc, SettingsMismatchError) and spec is not None:
             message = _resume_mismatch(args, spec, exc)
         print(f"epochtrain: error: {message}", file=sys.stderr)
         return 2
@@ -357,6 +336,7 @@ def run_train(args: argparse.Namespace) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         spec.to_file(run_dir / "spec.toml")
     start = trainer.state.epoch  # the checkpoint's epoch on --resume, else 0
+    print(_first_line(spec, run_dir, start), flush=True)
     with trainer:  # closes the envs (their processes with env_backend="async") and the logger
         info = trainer.run()
     last = trainer.last_test_stat
@@ -373,6 +353,55 @@ def run_train(args: argparse.Namespace) -> int:
     if args.resume is not None and info.epoch == start:
         print(f"epochtrain: warning: {_nothing_trained(trainer, spec)}", file=sys.stderr)
     return 0
+
+
+def _removing_a_new_logdir(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """Around the making of a new run's directory and trainer: the folders of ``--logdir``
+    that did not exist are removed again if the command is refused (or interrupted) there,
+    as :func:`~epochtrain.data.writes.check_writable_dir` leaves nothing behind."""
+    from epochtrain.data.writes import removing_new_folders
+
+    if args.resume is not None or not args.logdir:
+        return contextlib.nullcontext()
+    return removing_new_folders(args.logdir)
+
+
+def _make_trainer(spec: Any, new_run_dir: Path | None) -> Any:
+    """:func:`~epochtrain.factory.make_trainer` of ``spec``; ``new_run_dir``, the directory
+    made for it, is removed again while nothing is in it if that fails."""
+    from epochtrain.factory import make_trainer
+
+    try:
+        return make_trainer(spec)
+    except BaseException:
+        if new_run_dir is not None:
+            with contextlib.suppress(OSError):
+                new_run_dir.rmdir()
+        raise
+
+
+def _first_line(spec: Any, run_dir: Path | None, start: int) -> str:
+    """The line a run opens with, before its first epoch: what runs, and where its run
+    directory is (for ``tensorboard --logdir`` while it runs): ``"ppo on CartPole-v1, seed
+    0: 10 epochs x 5,000 env steps; run directory runs/CartPole-v1_ppo_seed0_..."``."""
+    params = spec.trainer
+    epochs = f"{params.max_epoch} epochs"
+    per_epoch = f"{params.step_per_epoch:,} env steps"
+    if spec.entry.kind == "offline":
+        per_epoch = f"{params.step_per_epoch:,} gradient steps"
+    elif params.step_per_collect is not None:  # an epoch is whole collect steps
+        collect = -(-params.step_per_collect // spec.num_envs) * spec.num_envs  # vector steps
+        whole = -(-params.step_per_epoch // collect) * collect
+        if whole != params.step_per_epoch:
+            per_epoch = (
+                f"{whole:,} env steps (--step-per-epoch {params.step_per_epoch:,} rounded up to "
+                f"whole collect steps of {collect:,})"
+            )
+    resumed = f", resumed after epoch {start}" if start else ""
+    where = f"run directory {run_dir}" if run_dir is not None else "no run directory (--logdir '')"
+    return (
+        f"{spec.algo} on {spec.env_id}, seed {spec.seed}: {epochs} x {per_epoch}{resumed}; {where}"
+    )
 
 
 def _nothing_trained(trainer: Any, spec: Any) -> str:

@@ -60,6 +60,7 @@ __all__ = [
     "FieldInfo",
     "action_settings",
     "check_field_names",
+    "check_value",
     "describe",
     "field_docs",
     "fields_info",
@@ -301,32 +302,45 @@ def validate(config: Config) -> None:
     """Check every field of ``config`` against its type and range; coerce int -> float and
     list -> tuple in place. Raise ``TypeError``/``ValueError`` naming the field."""
     cls = type(config)
-    hints = _hints(cls)
     for f in dataclasses.fields(cls):
         value = getattr(config, f.name)
-        tp = hints[f.name]
-        rng: _Range | None = f.metadata.get(_RANGE)
-        try:
-            coerced = _coerce(tp, value)
-        except _Mismatch:
-            raise TypeError(
-                f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "
-                f"set {f.name} to {describe(tp)}"
-            ) from None
-        allow_inf = rng is not None and rng.allow_inf
-        if not _finite(coerced, allow_inf):
-            must, fix = ("a number, not NaN", "") if allow_inf else ("finite", "a finite ")
-            raise ValueError(
-                f"{cls.__name__}.{f.name} must be {must}, got {value!r}: "
-                f"set {f.name} to {fix}{_allowed(tp, rng)}"
-            )
-        if rng is not None and not _in_range(coerced, rng):
-            raise ValueError(
-                f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "
-                f"set {f.name} within {rng.text()}"
-            )
+        coerced = _checked(cls, f, value)
         if coerced is not value:
             object.__setattr__(config, f.name, coerced)
+
+
+def check_value(cls: type[Config], name: str, value: Any) -> Any:
+    """``value`` as field ``name`` of ``cls`` would hold it (int -> float, list -> tuple),
+    or the ``TypeError``/``ValueError`` that :func:`validate` raises for it there; the
+    other fields and the cross-field rules of :meth:`Config.check` are not looked at."""
+    (f,) = (f for f in dataclasses.fields(cls) if f.name == name)
+    return _checked(cls, f, value)
+
+
+def _checked(cls: type[Config], f: dataclasses.Field[Any], value: Any) -> Any:
+    """``value`` coerced to the type of field ``f`` of ``cls``, after its range check."""
+    tp = _hints(cls)[f.name]
+    rng: _Range | None = f.metadata.get(_RANGE)
+    try:
+        coerced = _coerce(tp, value)
+    except _Mismatch:
+        raise TypeError(
+            f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "
+            f"set {f.name} to {describe(tp)}"
+        ) from None
+    allow_inf = rng is not None and rng.allow_inf
+    if not _finite(coerced, allow_inf):
+        must, fix = ("a number, not NaN", "") if allow_inf else ("finite", "a finite ")
+        raise ValueError(
+            f"{cls.__name__}.{f.name} must be {must}, got {value!r}: "
+            f"set {f.name} to {fix}{_allowed(tp, rng)}"
+        )
+    if rng is not None and not _in_range(coerced, rng):
+        raise ValueError(
+            f"{cls.__name__}.{f.name} must be {_allowed(tp, rng)}, got {value!r}: "
+            f"set {f.name} within {rng.text()}"
+        )
+    return coerced
 
 
 @dataclass(frozen=True, kw_only=True)

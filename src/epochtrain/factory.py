@@ -44,6 +44,7 @@ from epochtrain.trainer.checks import (
     check_arguments,
     check_checkpoint_dir,
     check_env_spaces,
+    epoch_length_note,
     minibatch_size_note,
 )
 from epochtrain.trainer.hooks import TrainerHook
@@ -292,6 +293,7 @@ def make_trainer(
             "spec.with_overrides({...}) instead of passing env_id, seed or overrides"
         )
     entry = ALGORITHMS[spec.algo]
+    _check_replay_capacity(spec)
     for setting in _unused_settings(spec, buffer=buffer, logger=logger, stop_fn=stop_fn):
         warnings.warn(setting.refusal(), UnusedSettingWarning, stacklevel=2)
     if entry.kind != "offline" and buffer is not None:
@@ -368,9 +370,12 @@ def make_trainer(
         except BaseException:
             trainer.close()
             raise
-    note = minibatch_size_note(spec.trainer, spec.num_envs)
-    if note is not None:  # once built: not before a refusal
-        warnings.warn(note, UnusedSettingWarning, stacklevel=2)
+    for note in (
+        minibatch_size_note(spec.trainer, spec.num_envs),
+        epoch_length_note(spec.trainer, spec.num_envs),
+    ):
+        if note is not None:  # once built: not before a refusal
+            warnings.warn(note, UnusedSettingWarning, stacklevel=2)
     return trainer
 
 
@@ -473,11 +478,26 @@ def check_spec(spec: RunSpec, *, dataset: bool = True) -> None:
     dataset file (``dataset=False`` leaves that to the caller, to say in its own words).
     The spaces come first: no dataset makes TD3+BC act on Discrete actions. Cheap (one
     env, no data loaded): a sweep checks every run with it first."""
+    _check_replay_capacity(spec)
     _check_policy(spec)
     if dataset and spec.entry.kind == "offline":
         path = _need_dataset(spec)
         if not path.startswith("minari:") and not Path(path).is_file():
             raise FileNotFoundError(f"dataset {path!r} of {spec.run_id} is not a file")
+
+
+def _check_replay_capacity(spec: RunSpec) -> None:
+    """``ValueError`` for an off-policy run whose replay buffer holds fewer transitions
+    than one minibatch (``buffer_size=10, batch_size=64``): sampling draws with replacement,
+    so it would run, every minibatch repeating the few transitions the buffer can hold."""
+    size, batch = spec.buffer.buffer_size, getattr(spec.trainer, "batch_size", None)
+    if spec.entry.kind == "offpolicy" and size is not None and batch is not None and size < batch:
+        raise ValueError(
+            f"buffer.buffer_size={size} is smaller than trainer.batch_size={batch}: the "
+            f"replay buffer could never hold one minibatch, so every minibatch would repeat "
+            f"its {size} transitions; set buffer_size >= batch_size (typically 100000), or "
+            f"lower batch_size"
+        )
 
 
 def _check_policy(spec: RunSpec) -> None:

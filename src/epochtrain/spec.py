@@ -123,7 +123,19 @@ class LogSpec(Config):
     logdir: str | None = None
     """Directory of the run's logs (None: log nothing)."""
     loggers: tuple[LoggerName, ...] = ("tensorboard",)
-    """Loggers writing into logdir: tensorboard, jsonl (log.jsonl), csv (log.csv)."""
+    """Loggers writing into logdir: tensorboard, jsonl (log.jsonl), csv (log.csv); each
+    at most once."""
+
+    def check(self) -> None:
+        """A logger named twice is refused: both would write the same file (the second
+        ``jsonl`` or ``csv`` logger finds the first one's records and stops the run)."""
+        super().check()
+        for name in dict.fromkeys(self.loggers):
+            if self.loggers.count(name) > 1:
+                raise ValueError(
+                    f"logging.loggers lists {name!r} twice: list each logger once, e.g. "
+                    f"loggers = {json.dumps(list(dict.fromkeys(self.loggers)))}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,13 +296,11 @@ class RunSpec(Config):
                     f"{', '.join(SECTIONS)}{close_matches(section, SECTIONS)}"
                 )
             if field not in sections[section]:
+                elsewhere = self._elsewhere(field, sections, section)
                 raise ValueError(
                     f"unknown setting {name!r} for algo {self.algo!r}"
-                    f"{close_matches(field, sections[section])}; "
-                    + (
-                        self._elsewhere(field, sections, section)
-                        or f"{section} fields: {', '.join(sorted(sections[section]))}"
-                    )
+                    f"{close_matches(field, sections[section], spelling=not elsewhere)}; "
+                    + (elsewhere or f"{section} fields: {', '.join(sorted(sections[section]))}")
                 )
             return section, field
         if name in top:
@@ -309,12 +319,11 @@ class RunSpec(Config):
                 f"setting {name!r} is ambiguous: say " + " or ".join(f"'{s}.{name}'" for s in found)
             )
         every = top | {n for names in sections.values() for n in names}
+        elsewhere = self._elsewhere(name, sections, None)
         raise ValueError(
-            f"unknown setting {name!r} for algo {self.algo!r}{close_matches(name, every)}; "
-            + (
-                self._elsewhere(name, sections, None)
-                or "see `epochtrain config --algo ALGO --env ENV` for every setting"
-            )
+            f"unknown setting {name!r} for algo {self.algo!r}"
+            f"{close_matches(name, every, spelling=not elsewhere)}; "
+            + (elsewhere or "see `epochtrain config --algo ALGO --env ENV` for every setting")
         )
 
     def _elsewhere(self, field: str, sections: Mapping[str, set[str]], section: str | None) -> str:

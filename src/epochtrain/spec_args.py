@@ -6,6 +6,7 @@ that build runs (``train``, ``config``, ``sweep``): ``--algo``, ``--env``, ``--c
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,8 +20,10 @@ __all__ = [
     "flag_help",
     "flag_words",
     "parse_set_options",
+    "parse_value_of",
     "resolve_spec",
     "setting_flags",
+    "setting_type",
     "settings_help",
     "spec_flags",
 ]
@@ -224,11 +227,13 @@ def resolve_spec(args: argparse.Namespace, resumed: Any = None) -> Any:
 
     The base is the ``--config`` file, else ``resumed`` (the spec a ``--resume`` checkpoint
     holds), else the tuned preset of ``--algo`` on ``--env`` (default CartPole-v1). An
-    ``--algo`` or ``--env`` that differs from a file's or checkpoint's is refused.
+    ``--algo`` or ``--env`` that differs from a file's or checkpoint's is refused. A flag
+    the algorithm has no setting for, and a ``--set`` value its setting cannot hold, are
+    refused naming the option as typed (``--update-per-step``, ``--set seed=-1``).
     """
     from epochtrain.spec import RunSpec
 
-    settings = parse_set_options(args.set)
+    items = [_split_set(item) for item in args.set]  # a malformed --set before anything
     if args.config is not None or resumed is not None:
         spec = RunSpec.from_file(args.config) if args.config is not None else resumed
         source = f"--config {args.config}" if args.config is not None else "the checkpoint"
@@ -253,28 +258,137 @@ def resolve_spec(args: argparse.Namespace, resumed: Any = None) -> Any:
                 overrides[name] = getattr(args, attr)
         elif hasattr(args, attr):  # given, None included (`--stop-at none`)
             overrides[name] = getattr(args, attr)
+        if name in overrides:
+            _check_flag_setting(spec, flag, name)
+    settings: dict[str, Any] = {}
+    for name, text in items:
+        settings[name] = parse_value_of(name, text, spec)
+        _check_set_value(spec, name, text, settings[name])
     return spec.with_overrides({**overrides, **settings})
+
+
+def _check_flag_setting(spec: Any, flag: str, name: str) -> None:
+    """``ValueError`` naming ``--flag`` when ``spec``'s algorithm has no setting ``name``
+    (a trainer setting of the other kind of algorithm: ``--update-per-step`` for ppo)."""
+    from epochtrain.spec_data import algorithms_with
+
+    try:
+        spec.resolve_name(name)
+    except ValueError:
+        section, _, field = name.rpartition(".")
+        others = algorithms_with(section, field)
+        whose = f"of {', '.join(map(repr, others))}" if others else "of other algorithms"
+        raise ValueError(
+            f"--{flag}: {field!r} is a {section or 'run'} setting {whose}, not of "
+            f"{spec.algo!r}: drop --{flag}"
+        ) from None
+
+
+def _check_set_value(spec: Any, name: str, text: str, value: Any) -> None:
+    """The ``TypeError``/``ValueError`` of a ``--set NAME=TEXT`` whose ``value`` its setting
+    cannot hold (type, range, NaN), in the words typed and with the literal to write; the
+    rules between settings are the spec's, judged once every option is applied."""
+    from epochtrain.config import check_value
+
+    try:
+        section, field = spec.resolve_name(name)
+    except ValueError:
+        return  # with_overrides names it, with the close matches
+    owner = spec if section is None else getattr(spec, section)
+    try:
+        check_value(type(owner), field, value)
+    except (TypeError, ValueError) as exc:
+        message = str(exc).removeprefix(f"{type(owner).__name__}.{field} ")
+        message = message.rpartition(f": set {field} ")[0] or message
+        tp = setting_type(name, spec)
+        raise type(exc)(
+            f"--set {name}={text}: {message}: {_literal_hint(name, text, tp, owner, field)}"
+        ) from None
+
+
+def _literal_hint(name: str, text: str, tp: Any, owner: Any, field: str) -> str:
+    """How to write a value of type ``tp`` for ``--set NAME=``: ``write true or false``,
+    or an example (the setting's value now, else its class default)."""
+    import dataclasses
+
+    from epochtrain.spec_data import toml_value
+    from epochtrain.spec_files import value_kinds
+
+    kinds = value_kinds(tp)
+    if kinds == {bool}:
+        return f"write --set {name}=true or --set {name}=false"
+    default = next(f.default for f in dataclasses.fields(owner) if f.name == field)
+    plain = (bool, int, float, str, tuple)
+    example = next((v for v in (getattr(owner, field), default) if isinstance(v, plain)), None)
+    quoted = text[:1] in "\"'" and kinds & {int, float, tuple}
+    words = "write it without quotes, " if quoted else ""
+    if example is None:
+        return f"{words}see the settings list of --help"
+    literal = example if isinstance(example, str) else toml_value(example)
+    return f"{words}e.g. --set {name}={literal}"
 
 
 _CHOSEN_BY_FLAG = {"algo": "--algo", "env_id": "--env"}
 """Spec fields a ``--set`` cannot change: the run is built for them, by these options."""
 
 
-def parse_set_options(items: Sequence[str]) -> dict[str, Any]:
-    """``{name: value}`` of ``--set NAME=VALUE`` options (values as
-    :func:`~epochtrain.spec.parse_value` reads them); ``ValueError`` for an item without
-    ``=``, and for ``algo`` or ``env_id``, naming the option that chooses them."""
+def _split_set(item: str) -> tuple[str, str]:
+    """``(NAME, TEXT)`` of ``--set NAME=TEXT``; ``ValueError`` for an item without ``=``,
+    and for ``algo`` or ``env_id``, naming the option that chooses them."""
+    name, eq, text = (part.strip() for part in item.partition("="))
+    if not eq or not name:
+        raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
+    if name in _CHOSEN_BY_FLAG:
+        flag = _CHOSEN_BY_FLAG[name]
+        raise ValueError(f"--set {name}={text}: {name} cannot be set; choose it with {flag} {text}")
+    return name, text
+
+
+def parse_set_options(items: Sequence[str], spec: Any = None) -> dict[str, Any]:
+    """``{name: value}`` of ``--set NAME=VALUE`` options, each value read for its setting's
+    type (:func:`parse_value_of`: in ``spec``, a :class:`~epochtrain.spec.RunSpec`, when
+    given); ``ValueError`` for an item without ``=``, and for ``algo`` or ``env_id``,
+    naming the option that chooses them."""
+    return {name: parse_value_of(name, text, spec) for name, text in map(_split_set, items)}
+
+
+def parse_value_of(name: str, text: str, spec: Any = None) -> Any:
+    """The value ``text`` of setting ``name``, read by
+    :func:`~epochtrain.spec_files.parse_value` for the setting's type
+    (:func:`setting_type`): ``--set lr=.001`` is 0.001, ``--set logging.logdir=2024-01-01``
+    the text ``'2024-01-01'``, ``--set normalize_advantage=False`` False."""
     from epochtrain.spec_files import parse_value
 
-    overrides: dict[str, Any] = {}
-    for item in items:
-        name, eq, text = (part.strip() for part in item.partition("="))
-        if not eq or not name:
-            raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
-        if name in _CHOSEN_BY_FLAG:
-            flag = _CHOSEN_BY_FLAG[name]
-            raise ValueError(
-                f"--set {name}={text}: {name} cannot be set; choose it with {flag} {text}"
-            )
-        overrides[name] = parse_value(text)
-    return overrides
+    return parse_value(text, setting_type(name, spec))
+
+
+def setting_type(name: str, spec: Any = None) -> Any:
+    """The type of setting ``name`` (``float`` for ``lr``, ``str | None`` for
+    ``logging.logdir``): its field's in ``spec`` (a :class:`~epochtrain.spec.RunSpec`) when
+    given, else wherever a field of that name is (any algorithm's), if they all have one
+    type; None for a name that is no setting, or whose type differs between algorithms."""
+    import typing
+
+    from epochtrain.config import fields_info
+    from epochtrain.spec import BufferSpec, LogSpec, RunSpec
+
+    if spec is not None:
+        try:
+            section, field = spec.resolve_name(name)
+        except ValueError:
+            return None
+        owner = type(spec if section is None else getattr(spec, section))
+        return typing.get_type_hints(owner)[field]
+    tables: dict[str, list[type[Any]]] = {
+        "config": [entry.config_cls for entry in ALGORITHMS.values()],
+        "trainer": [entry.params_cls for entry in ALGORITHMS.values()],
+        "buffer": [BufferSpec],
+        "logging": [LogSpec],
+    }
+    section, _, field = name.rpartition(".")
+    if not section and field in tables:
+        return None  # a table, not a setting
+    every: list[type[Any]] = [RunSpec, *itertools.chain(*tables.values())]
+    classes = tables.get(section, []) if section else every
+    found = {info.type for cls in classes for info in fields_info(cls) if info.name == field}
+    return found.pop() if len(found) == 1 else None

@@ -59,13 +59,14 @@ part, for the "did you mean" of an unknown name (spelling alone misleads: SB3's 
 is ``repeat_per_collect``, not ``max_epoch``)."""
 
 
-def close_matches(name: str, choices: typing.Iterable[str]) -> str:
+def close_matches(name: str, choices: typing.Iterable[str], *, spelling: bool = True) -> str:
     """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``.
 
     A name from another library (:data:`OTHER_LIBRARY_NAMES`) suggests its counterparts
     among ``choices`` and nothing else; ``lr`` where only per-network rates exist suggests
-    them (``actor_lr``, ``critic_lr``...); any other name, the closest spellings. Case is
-    ignored (``PPO`` suggests ``ppo``).
+    them (``actor_lr``, ``critic_lr``...); any other name, the closest spellings, unless
+    ``spelling`` is False (a name spelt right that belongs elsewhere: ``update_per_step``
+    for ppo suggests no ``step_per_epoch``). Case is ignored (``PPO`` suggests ``ppo``).
     """
     pool = sorted(set(choices))
     lowered: dict[str, list[str]] = {}
@@ -76,7 +77,7 @@ def close_matches(name: str, choices: typing.Iterable[str]) -> str:
     found = [c for w in wanted for c in lowered.get(w, []) if c != name]
     if "lr" in wanted and "lr" not in pool:
         found += [c for c in pool if c.endswith("_lr")]
-    if not found and key not in OTHER_LIBRARY_NAMES:
+    if not found and spelling and key not in OTHER_LIBRARY_NAMES:
         close = difflib.get_close_matches(key, list(lowered), n=3, cutoff=0.6)
         found = [c for w in close for c in lowered[w] if c != name]
     if not found:

@@ -150,14 +150,13 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from epochtrain.spec_args import parse_set_options
-    from epochtrain.spec_files import parse_value
+    from epochtrain.spec_args import parse_set_options, parse_value_of
 
     overrides: dict[str, Any] = {}
     for flag, (name, _) in _setting_flags().items():
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
-            overrides[name] = parse_value(value) if isinstance(value, str) else value
+            overrides[name] = parse_value_of(name, value) if isinstance(value, str) else value
     overrides.update(parse_set_options(args.set))
     return overrides
 

@@ -21,7 +21,7 @@ from epochtrain.data.collector import Collector
 from epochtrain.errors import CheckpointError
 from epochtrain.logger import BaseLogger
 from epochtrain.trainer.hooks import TrainerHook, check_callbacks
-from epochtrain.trainer.params import OnpolicyParams, TrainerParams
+from epochtrain.trainer.params import OnlineParams, OnpolicyParams, TrainerParams
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
@@ -34,6 +34,7 @@ __all__ = [
     "check_logger_free",
     "check_objects",
     "check_reset",
+    "epoch_length_note",
     "minibatch_size_note",
 ]
 
@@ -142,6 +143,24 @@ def minibatch_size_note(params: TrainerParams, num_envs: int) -> str | None:
         f"batch_size to at most {rollout:,}, or set batch_size=None to ask for that"
     )
 
+
+
+def epoch_length_note(params: TrainerParams, num_envs: int) -> str | None:
+    """What to say when an online epoch of ``step_per_epoch`` env steps is shorter than
+    one collect step (``step_per_collect`` over ``num_envs`` envs, in whole vector steps):
+    an epoch ends with the collect step that reaches it, so each runs a whole collect
+    step (as in Tianshou), else None. A warning, as :func:`minibatch_size_note`."""
+    if not isinstance(params, OnlineParams) or params.step_per_collect is None:
+        return None
+    collect = -(-params.step_per_collect // num_envs) * num_envs
+    if params.step_per_epoch >= collect:
+        return None
+    return (
+        f"step_per_epoch={params.step_per_epoch:,} is less than one collect step "
+        f"(step_per_collect={params.step_per_collect:,} over num_envs={num_envs}: "
+        f"{collect:,} env steps): each epoch runs {collect:,} env steps. Raise "
+        f"step_per_epoch to {collect:,}, or lower step_per_collect"
+    )
 
 def check_objects(
     *,
