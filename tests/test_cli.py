@@ -145,7 +145,11 @@ def test_config_file_is_the_base_and_flags_apply_over_it(
 
 @pytest.mark.parametrize(
     ("setting", "fragment"),
-    [("lrr=1", "unknown setting 'lrr'"), ("lr=-1", "--set lr=-1: must be float"), ("lr", "NAME=VALUE")],
+    [
+        ("lrr=1", "unknown setting 'lrr'"),
+        ("lr=-1", "--set lr=-1: must be float"),
+        ("lr", "NAME=VALUE"),
+    ],
 )
 def test_bad_set_exits_2_with_one_line_naming_the_setting(
     setting: str, fragment: str, capsys: pytest.CaptureFixture[str]

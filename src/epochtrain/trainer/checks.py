@@ -144,7 +144,6 @@ def minibatch_size_note(params: TrainerParams, num_envs: int) -> str | None:
     )
 
 
-
 def epoch_length_note(params: TrainerParams, num_envs: int) -> str | None:
     """What to say when an online epoch of ``step_per_epoch`` env steps is shorter than
     one collect step (``step_per_collect`` over ``num_envs`` envs, in whole vector steps):
@@ -161,6 +160,7 @@ def epoch_length_note(params: TrainerParams, num_envs: int) -> str | None:
         f"{collect:,} env steps): each epoch runs {collect:,} env steps. Raise "
         f"step_per_epoch to {collect:,}, or lower step_per_collect"
     )
+
 
 def check_objects(
     *,
