@@ -223,9 +223,15 @@ def test_a_legacy_state_loaded_before_registering_keeps_its_statistics() -> None
     assert reader.test_collector.obs_transform is not None
 
 
-def test_the_normaliser_with_async_collection_is_refused() -> None:
-    with pytest.raises(ValueError, match="does not support async_collection=True"):
-        make_trainer("dqn", "CartPole-v1", async_collection=True, hooks=[ObservationNormalizer()])
+def test_with_async_collection_the_worker_acts_on_a_staged_copy_of_the_statistics() -> None:
+    """Accepted (it was refused): the worker's collector gets a fork of the statistics,
+    the synchronous trainer none (tests/test_async_obs_normalizer.py runs them)."""
+    norm = ObservationNormalizer()
+    trainer = make_trainer("dqn", "CartPole-v1", async_collection=True, hooks=[norm])
+    assert isinstance(trainer, OffpolicyTrainer) and trainer.async_collection is not None
+    assert trainer.async_collection.act_obs_staging is not None
+    assert trainer.train_collector.act_obs_transform is not None
+    assert norm.buffer_obs == "raw"
 
 
 def test_a_minibatch_is_normalised_on_its_device_with_the_statistics_of_now() -> None:

@@ -22,7 +22,10 @@ Contract (``docs/async-collection.md``), for an epoch of N collect steps:
 * The worker never writes to the replay buffer the learner samples from: it records the
   rows its collect writes (:class:`StagedRows`) and the main thread adds them in time
   order, so n-step returns, episode ends and new priorities are those of synchronous
-  collection.
+  collection. Statistics the policy's observations update as they arrive (an
+  ``ObservationNormalizer``'s) are staged the same way (:class:`StagedActObsTransform`):
+  the worker updates a copy, which lands with the rows; until then the learner's
+  minibatches are normalised with the statistics of collects 1..k.
 
 Python envs hold the GIL while they step; torch releases it inside its kernels, so the
 overlap is partial (``train/overlap_time`` logs it per collect step).
@@ -45,7 +48,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -55,7 +58,7 @@ from torch import Tensor
 from epochtrain.algorithms.base import Policy
 from epochtrain.data.batch import Obs
 from epochtrain.data.buffer import ObsArray, ReplayBuffer
-from epochtrain.data.collector import Collector
+from epochtrain.data.collector import Collector, ObsTransform
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats
 from epochtrain.trainer.safety import with_run_context
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncCollection",
+    "StagedActObsTransform",
     "StagedRows",
     "async_training_step",
     "check_async_state",
@@ -121,6 +125,25 @@ class StagedRows(ReplayBuffer):
         for row in self.staged:
             buffer.add(*row)
         self.staged.clear()
+
+
+class StagedActObsTransform(Protocol):
+    """An ``act_obs_transform`` with state that each new observation updates (the running
+    statistics of an ``ObservationNormalizer``), staged like the rows of a collect step: the
+    worker's collect step updates a copy, and the main thread keeps or drops the copy when
+    the step lands. Between two landings the state the main thread reads (the learner's
+    minibatches, a test step, a checkpoint) does not change, and the updates are made in
+    the order of synchronous collection."""
+
+    def fork(self) -> ObsTransform:
+        """Main thread, before a collect step starts: the transform its collector uses,
+        updating a copy of the current state."""
+        ...
+
+    def land(self, keep: bool) -> None:
+        """Main thread, after that collect step: make its copy the state (``keep``: its
+        rows were added to the buffer) or drop it (its rows were dropped)."""
+        ...
 
 
 @dataclass
@@ -211,7 +234,9 @@ class AsyncCollection:
 
     ``actor``: a copy of ``policy`` without optimizers or optimizer hooks and without
     gradients, with its own ``act_generator``; ``shadow``: a collector over the training
-    envs that acts with it and writes to :class:`StagedRows`; one daemon worker thread.
+    envs that acts with it and writes to :class:`StagedRows` (and acts on observations
+    mapped by the training collector's ``act_obs_transform``, or by the fork of
+    :attr:`act_obs_staging`); one daemon worker thread.
     Built when the trainer is, before any work; the checks raise ``ValueError``.
     """
 
@@ -233,6 +258,11 @@ class AsyncCollection:
             self.actor, collector.env, self.staged, exploration=collector.exploration
         )
         self._collector = collector
+        self.act_obs_staging: StagedActObsTransform | None = None
+        """Set by a hook whose ``act_obs_transform`` keeps state (``ObservationNormalizer``):
+        the shadow collector then acts with its :meth:`~StagedActObsTransform.fork`, landed
+        with the rows; otherwise it uses the training collector's ``act_obs_transform``."""
+        self._forked = False  # a fork of act_obs_staging awaits its land
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._hung: threading.Thread | None = None  # given up by stop(), still in its job
@@ -267,6 +297,11 @@ class AsyncCollection:
         self.shadow.obs_transform = collector.obs_transform
         self.shadow.load_state_dict(collector.state_dict())
         self._refuse_if_hung()
+        staging = self.act_obs_staging  # forked last: nothing below raises before the job
+        self._forked = staging is not None
+        self.shadow.act_obs_transform = (
+            collector.act_obs_transform if staging is None else staging.fork()
+        )
         self.staged.staged.clear()
         self._done.clear()
         self._outcome = None
@@ -367,13 +402,18 @@ class AsyncCollection:
             collector.give_up(reason)
 
     def land(self, collector: Collector, *, keep_rows: bool = True) -> None:
-        """Add the staged rows to ``collector.buffer`` (``keep_rows``) and hand the
-        in-flight episodes back to ``collector`` (main thread, after :meth:`join`)."""
+        """Add the staged rows to ``collector.buffer`` (``keep_rows``), land the staged
+        ``act_obs_transform`` state with them (:attr:`act_obs_staging`, kept or dropped as
+        the rows are) and hand the in-flight episodes back to ``collector`` (main thread,
+        after :meth:`join`)."""
         if keep_rows:
             assert collector.buffer is not None
             self.staged.replay_into(collector.buffer)
             collector.last_collect_rows = self.shadow.last_collect_rows
         self.staged.staged.clear()
+        if self._forked and self.act_obs_staging is not None:
+            self.act_obs_staging.land(keep_rows)
+        self._forked = False
         collector.load_state_dict(self.shadow.state_dict())
         if self.shadow.given_up is not None:  # a step cut short by Ctrl-C in this thread
             collector.give_up(self.shadow.given_up)

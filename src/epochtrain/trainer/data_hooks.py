@@ -9,7 +9,9 @@ constructor arguments are compared on resume (``resume_settings``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 from epochtrain.data.batch import Batch
+from epochtrain.data.collector import ObsTransform
 from epochtrain.trainer.hook_settings import constructor_settings
 from epochtrain.trainer.hooks import TrainerHook, online_collector
 
@@ -81,9 +84,15 @@ class ObservationNormalizer(TrainerHook):
     with the current statistics (``process_optim_batch``), as Stable-Baselines3's
     ``VecNormalize`` does: a transition replayed long after it was collected is not fed
     with the statistics of its time. The test collector uses the training statistics and
-    never updates them. Box observation spaces only; online trainers only, and not with
-    ``async_collection=True`` (its collect thread updates the statistics while the
-    minibatches are normalised).
+    never updates them. Box observation spaces only; online trainers only.
+
+    With ``async_collection=True`` the collect step in the worker thread updates a copy of
+    the statistics (and its policy acts on observations normalised with that copy, as in
+    synchronous collection); the copy becomes :attr:`rms` in the main thread when the
+    step's rows land in the buffer
+    (:class:`~epochtrain.trainer.async_collection.StagedActObsTransform`). So update k's
+    minibatches, like a synchronous run's, are normalised with the statistics of collects
+    1..k, never with those the worker is changing, and the run is reproducible given its seed.
     """
 
     def __init__(self, *, epsilon: float = 1e-8, clip: float | None = 10.0) -> None:
@@ -117,16 +126,6 @@ class ObservationNormalizer(TrainerHook):
                     "one ObservationNormalizer per trainer, and build each trainer's "
                     "collectors anew"
                 )
-        async_collection = trainer.kind == "offpolicy" and (
-            cast("OffpolicyTrainer[Any]", trainer).async_collection is not None
-        )
-        if async_collection:
-            raise ValueError(
-                "ObservationNormalizer does not support async_collection=True: the collect "
-                "thread would update the statistics while the gradient steps normalise their "
-                "minibatches with them (results would depend on thread timing); use "
-                "async_collection=False"
-            )
         if self.rms.mean.shape != space.shape:  # statistics loaded before registering stay
             self.rms = RunningMeanStd(tuple(space.shape))
         if trainer.kind == "onpolicy":
@@ -135,12 +134,18 @@ class ObservationNormalizer(TrainerHook):
             self.buffer_obs = "raw"
             collector.act_obs_transform = self._train_transform
             trainer.register_op("process_optim_batch", self.normalize_batch)
+            runner = cast("OffpolicyTrainer[Any]", trainer).async_collection
+            if runner is not None:  # the worker's updates land with its rows
+                runner.act_obs_staging = _StagedStatistics(self)
         if trainer.test_collector is not None:
             trainer.test_collector.obs_transform = self._test_transform
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         """``obs`` normalised with the current statistics (float32)."""
-        out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.epsilon)
+        return self._normalize_with(self.rms, obs)
+
+    def _normalize_with(self, rms: RunningMeanStd, obs: np.ndarray) -> np.ndarray:
+        out = (obs - rms.mean) / np.sqrt(rms.var + self.epsilon)
         if self.clip is not None:
             out = np.clip(out, -self.clip, self.clip)
         return out.astype(np.float32)
@@ -179,9 +184,13 @@ class ObservationNormalizer(TrainerHook):
         return pair
 
     def _train_transform(self, obs: np.ndarray, update: bool) -> np.ndarray:
+        return self._transform_with(self.rms, obs, update)
+
+    def _transform_with(self, rms: RunningMeanStd, obs: np.ndarray, update: bool) -> np.ndarray:
+        """``obs`` normalised with ``rms``, which it updates first (``update``)."""
         if update:
-            self.rms.update(np.asarray(obs, dtype=np.float64))
-        return self.normalize(obs)
+            rms.update(np.asarray(obs, dtype=np.float64))
+        return self._normalize_with(rms, obs)
 
     def _test_transform(self, obs: np.ndarray, update: bool) -> np.ndarray:
         return self.normalize(obs)
@@ -227,6 +236,32 @@ class ObservationNormalizer(TrainerHook):
     def reset(self) -> None:
         """Forget the statistics."""
         self.rms = RunningMeanStd(self.rms.mean.shape)
+
+
+class _StagedStatistics:
+    """An ``ObservationNormalizer``'s statistics staged for asynchronous collection
+    (:class:`~epochtrain.trainer.async_collection.StagedActObsTransform`): each collect
+    step in the worker thread updates its own copy of ``hook.rms``, which becomes
+    ``hook.rms`` when the step lands; the main thread never sees a half-made update."""
+
+    def __init__(self, hook: ObservationNormalizer) -> None:
+        self.hook = hook
+        self.copy: RunningMeanStd | None = None
+        """The copy the collect step in flight updates (None when none is)."""
+
+    def fork(self) -> ObsTransform:
+        """The worker collector's ``act_obs_transform``: the hook's, on a copy of its
+        statistics (an update makes new arrays, so a shallow copy is enough)."""
+        rms = copy.copy(self.hook.rms)
+        self.copy = rms
+        return functools.partial(self.hook._transform_with, rms)
+
+    def land(self, keep: bool) -> None:
+        """Take the copy's statistics into ``hook.rms`` (``keep``), or drop them."""
+        rms, self.copy = self.copy, None
+        if keep and rms is not None:
+            own = self.hook.rms
+            own.mean, own.var, own.count = rms.mean, rms.var, rms.count
 
 
 class RewardNormalizer(TrainerHook):
