@@ -293,9 +293,9 @@ def check_state(state: Any, *, capacity: int, num_envs: int, fields: set[str] | 
     _check_field_types(storage)
     size = state["size"]
     bad = [
-        k
-        for k, v in storage.items()
-        if first_shape(v)[1:] != (num_envs,) or first_shape(v)[0] not in (size, rows)
+        name
+        for name, leaf in _field_leaves(storage)
+        if first_shape(leaf)[1:] != (num_envs,) or first_shape(leaf)[0] not in (size, rows)
     ]
     if bad:
         raise ValueError(
@@ -314,15 +314,9 @@ FLAG_FIELDS = ("terminated", "truncated", "valid")
 
 
 def _check_field_types(storage: dict[str, Any]) -> None:
-    """Every stored field is a tensor (a dict of them for dict observations); the flags
-    are bool."""
-
-    def leaves(name: str, value: object) -> list[tuple[str, object]]:
-        if isinstance(value, dict) and name in ("obs", "obs_next"):
-            return [pair for k, v in value.items() for pair in leaves(f"{name}.{k}", v)]
-        return [(name, value)]
-
-    for name, value in (pair for k, v in storage.items() for pair in leaves(k, v)):
+    """Every stored field is a tensor (a dict of them, nested at any depth, for dict
+    observations); the flags are bool."""
+    for name, value in _field_leaves(storage):
         if not isinstance(value, Tensor):
             raise ValueError(
                 f"the buffer state's field {name!r} is a {type(value).__name__}, not a "
@@ -344,25 +338,44 @@ def _check_field_shapes(storage: dict[str, Any]) -> None:
                 f"the buffer state's field {name!r} has shape {tuple(storage[name].shape)}, "
                 "not (rows, num_envs): one value per transition"
             )
-    obs, obs_next = storage["obs"], storage["obs_next"]
-    if isinstance(obs, dict) != isinstance(obs_next, dict) or (
-        isinstance(obs, dict) and set(obs) != set(obs_next)
-    ):
+    # the leaves by their path below the field: "" for a tensor, ".a.x" for obs["a"]["x"]
+    obs = {k.removeprefix("obs"): v for k, v in _obs_leaves("obs", storage["obs"])}
+    obs_next = {
+        k.removeprefix("obs_next"): v for k, v in _obs_leaves("obs_next", storage["obs_next"])
+    }
+    if set(obs) != set(obs_next):
         raise ValueError(
-            "the buffer state's fields 'obs' and 'obs_next' are not alike (a dict of the same "
-            "keys, or both tensors): obs_next holds the next observation of each transition"
+            "the buffer state's fields 'obs' and 'obs_next' are not alike (dicts of the same "
+            "keys at every level, or both tensors): obs_next holds the next observation of "
+            "each transition"
         )
-    pairs = (
-        [(k, obs[k], obs_next[k]) for k in obs] if isinstance(obs, dict) else [("", obs, obs_next)]
-    )
-    for key, now, after in pairs:
+    for path, now in obs.items():
+        after, name = obs_next[path], f"obs_next{path}"
         if now.shape[2:] != after.shape[2:]:
-            name = f"obs_next.{key}" if key else "obs_next"
             raise ValueError(
                 f"the buffer state's field {name!r} has entries of shape "
                 f"{tuple(after.shape[2:])}, the observations {tuple(now.shape[2:])}: "
                 "obs_next holds the next observation of each transition, shaped as obs"
             )
+
+
+def _obs_leaves(name: str, obs: Any) -> list[tuple[str, Any]]:
+    """``(dotted name, value)`` of each leaf of an observation field, nested dicts at any
+    depth flattened in key order (``obs.a.x``); a field that is no dict, or an empty dict,
+    is its own leaf."""
+    if not isinstance(obs, dict) or not obs:
+        return [(name, obs)]
+    return [pair for k, v in obs.items() for pair in _obs_leaves(f"{name}.{k}", v)]
+
+
+def _field_leaves(storage: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(dotted name, value)`` of every leaf of a buffer state's storage: the observation
+    fields' leaves (:func:`_obs_leaves`), and every other field as it is."""
+    return [
+        pair
+        for k, v in storage.items()
+        for pair in (_obs_leaves(k, v) if k in ("obs", "obs_next") else [(k, v)])
+    ]
 
 
 def flags_as_bool(state: dict[str, Any]) -> dict[str, Any]:
