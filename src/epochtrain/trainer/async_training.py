@@ -40,7 +40,8 @@ _STREAM = 0x61637431  # tells the actor's stream apart from the other streams of
 # --------------------------------------------------------------- the training step
 def async_training_step(trainer: OffpolicyTrainer[Any]) -> int:
     """One training step with asynchronous collection; returns the env steps of the
-    collect step whose data its update step learned from (see :mod:`epochtrain.trainer.async_collection`)."""
+    collect step whose data its update step learned from (the contract:
+    :mod:`epochtrain.trainer.async_collection`)."""
     runner = trainer.async_collection
     assert runner is not None
     stat = trainer._collected_ahead
