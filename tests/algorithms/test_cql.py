@@ -172,3 +172,37 @@ def test_make_trainer_builds_cql_on_a_dataset() -> None:
 def test_invalid_settings_are_rejected(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         CQL(OBS_SPACE, BOX, **kwargs)
+
+
+def test_the_penalty_is_added_to_each_critics_full_mse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sum_i [MSE(Q_i, y) + cql_alpha * penalty_i]`` as the authors' code and d3rlpy; the
+    penalty had twice its weight (SAC's TD loss is half the sum of the critics' MSE)."""
+    torch.manual_seed(0)
+    policy = CQL(OBS_SPACE, BOX, hidden=(16, 16))
+    seen: dict[str, Any] = {}
+    compute_target, cql_penalty, optimize = (
+        policy.compute_target,
+        policy.cql_penalty,
+        policy.optimize,
+    )
+
+    def target(batch: Batch) -> Tensor:
+        seen["y"] = compute_target(batch)
+        return seen["y"]
+
+    def penalty(batch: Batch, q: Tensor) -> Tensor:
+        seen["q"], seen["penalty"] = q, cql_penalty(batch, q)
+        return seen["penalty"]
+
+    def spy(name: str, loss: Tensor, **kwargs: Any) -> float:
+        seen.setdefault(name, loss.item())
+        return optimize(name, loss, **kwargs)
+
+    monkeypatch.setattr(policy, "compute_target", target)
+    monkeypatch.setattr(policy, "cql_penalty", penalty)
+    monkeypatch.setattr(policy, "optimize", spy)
+    policy.learn(make_batch(16, BOX))
+    q, y = seen["q"].detach(), seen["y"].detach()
+    mse = sum(torch.mean((q[i] - y) ** 2).item() for i in range(len(q)))
+    expected = mse + policy.cql_alpha * seen["penalty"].detach().sum().item()
+    assert seen["critic"] == pytest.approx(expected, rel=1e-5)

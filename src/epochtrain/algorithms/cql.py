@@ -156,7 +156,9 @@ class CQL(SACBase[CQLTrainingStats]):
             loss_cql = weighted.sum()
         else:
             loss_cql = multiplier * (weighted - self.lagrange_threshold).sum()
-        self.optimize("critic", loss_td + loss_cql)
+        # the penalty is added to each critic's full MSE (the authors' code, d3rlpy);
+        # critic_td_loss is half their sum (SAC's convention), so it counts twice here
+        self.optimize("critic", 2.0 * loss_td + loss_cql)
         if self.lagrange_threshold is not None:
             # dual ascent: the multiplier grows while the weighted penalty exceeds the threshold
             gap = (weighted.detach() - self.lagrange_threshold).sum()
