@@ -90,7 +90,11 @@ class CQL(SACBase[CQLTrainingStats]):
     Defaults follow the paper and d3rlpy: actor lr 1e-4, critic lr 3e-4, temperature lr
     1e-4, ``cql_alpha`` 5, 10 sampled actions of each kind. ``lagrange_threshold``
     (``None``: fixed weight ``cql_alpha``) turns on the Lagrange variant: the weighted
-    penalty is multiplied by ``exp(log_cql_weight)``, trained at ``cql_weight_lr``.
+    penalty is multiplied by ``exp(log_cql_weight)``, trained at ``cql_weight_lr``, and
+    ``lagrange_threshold`` is compared with ``cql_alpha * penalty`` (the authors'
+    ``target_action_gap``; d3rlpy's ``alpha_threshold`` t at weight w is ``w * t`` here).
+    Unlike d3rlpy, the Lagrange variant is off unless ``lagrange_threshold`` is set, and
+    the TD target keeps SAC's entropy term (d3rlpy: ``soft_q_backup=False``).
     """
 
     trainer_kinds: ClassVar[frozenset[TrainerKind]] = frozenset({"offline"})

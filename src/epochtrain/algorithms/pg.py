@@ -79,7 +79,8 @@ class PG(ActorCriticPolicy[PGTrainingStats]):
     """REINFORCE for Discrete or Box actions; ``baseline=True`` learns ``V(s)`` as baseline.
 
     ``normalize_advantage`` scales the advantages (the returns, without a baseline) of
-    each batch to mean 0 and std 1, as Tianshou's ``reward_normalization``. One optimizer
+    each batch to mean 0 and std 1 (Tianshou's ``reward_normalization`` uses running
+    statistics of the returns instead). One optimizer
     (Adam) trains the actor and, with a baseline, the critic on
     ``loss_actor + vf_coef * loss_critic``.
     """

@@ -377,7 +377,9 @@ class SAC(SACBase[SACTrainingStats]):
         super().__init__(observation_space, action_space, cfg, device=device)
 
     def learn(self, batch: Batch) -> SACTrainingStats:
-        """One critic step, one actor step, one temperature step, one target update."""
+        """One critic step, one actor step, one temperature step, one target update (in
+        Tianshou's order; SB3 steps the temperature first, so its critic and actor use the
+        new alpha)."""
         batch = batch.to(self.device)
         loss, q = self.critic_td_loss(batch)
         loss_critic = self.optimize("critic", loss, isolated=True)
