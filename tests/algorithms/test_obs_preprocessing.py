@@ -17,7 +17,7 @@ from epochtrain.algorithms.dqn import DQN
 from epochtrain.data import ReplayBuffer
 from epochtrain.factory import make_trainer
 from epochtrain.registry import ALGORITHMS
-from tests.algorithms.checks import assert_same_state
+from tests.algorithms.checks import assert_same_state, two_updates
 
 DISCRETE_ACT = gym.spaces.Discrete(2)
 BOX_ACT = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -72,17 +72,6 @@ def buffer_of(obs: list[np.ndarray], act_space: gym.Space[Any]) -> ReplayBuffer:
             obs[t + 1][None],
         )
     return buffer
-
-
-def two_updates(policy: Policy[Any], buffer: ReplayBuffer) -> None:
-    """Two gradient steps on the whole buffer, prepared as the policy's trainer would."""
-    if "onpolicy" in policy.trainer_kinds:
-        batch = policy.process_rollout(buffer.rollout()).flatten()
-    else:
-        batch = policy.process_sample(buffer.rollout().flatten(), buffer)
-    torch.manual_seed(1)
-    for _ in range(2):  # TD3's delayed actor steps on the second
-        policy.learn(batch)
 
 
 # ------------------------------------------------------------------ Discrete: one-hot

@@ -17,6 +17,7 @@ from epochtrain.data import Batch, PrioritizedReplayBuffer, ReplayBuffer
 from epochtrain.factory import make_trainer
 from epochtrain.nets import q_values
 from epochtrain.trainer import OffpolicyTrainer
+from tests.algorithms.checks import transition_batch
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
 BOX = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
@@ -34,21 +35,7 @@ CASES: dict[str, Callable[[], PERPolicy]] = {
 
 
 def make_batch(space: gym.Space[Any], weight: Tensor | None, n: int = 4) -> Batch:
-    gen = torch.Generator().manual_seed(0)
-    if isinstance(space, gym.spaces.Discrete):
-        act = torch.randint(int(space.n), (n,), generator=gen)
-    else:
-        act = torch.rand(n, 2, generator=gen) * torch.tensor([4.0, 1.0]) - torch.tensor([2.0, 0])
-    zeros = torch.zeros(n, dtype=torch.bool)
-    return Batch(
-        obs=torch.randn(n, 3, generator=gen),
-        act=act,
-        rew=torch.randn(n, generator=gen),
-        terminated=zeros,
-        truncated=zeros,
-        obs_next=torch.randn(n, 3, generator=gen),
-        weight=weight,
-    )
+    return transition_batch(n, space, weight=weight)
 
 
 def critic_q(policy: PERPolicy, batch: Batch) -> Tensor:

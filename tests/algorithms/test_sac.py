@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from epochtrain.algorithms import SAC, SACTrainingStats
 from epochtrain.data import Batch
 from epochtrain.factory import make_trainer
-from tests.algorithms.checks import assert_same_state
+from tests.algorithms.checks import assert_same_state, transition_batch
 from tests.algorithms.tables import Table
 
 OBS_SPACE = gym.spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
@@ -34,20 +34,7 @@ class ConstantActor(nn.Module):
 
 
 def make_batch(n: int, action_space: gym.Space[Any], seed: int = 0) -> Batch:
-    gen = torch.Generator().manual_seed(seed)
-    if isinstance(action_space, gym.spaces.Discrete):
-        act = torch.randint(int(action_space.n), (n,), generator=gen)
-    else:
-        act = torch.rand(n, 2, generator=gen) * torch.tensor([4.0, 1.0]) - torch.tensor([2.0, 0])
-    zeros = torch.zeros(n, dtype=torch.bool)
-    return Batch(
-        obs=torch.randn(n, 3, generator=gen),
-        act=act,
-        rew=torch.randn(n, generator=gen),
-        terminated=zeros,
-        truncated=zeros,
-        obs_next=torch.randn(n, 3, generator=gen),
-    )
+    return transition_batch(n, action_space, seed)
 
 
 def saved_and_loaded(state: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch
 from epochtrain.algorithms.base import Policy
 from epochtrain.data import ReplayBuffer
 from epochtrain.registry import ALGORITHMS
-from tests.algorithms.checks import assert_same_state
+from tests.algorithms.checks import assert_same_state, two_updates
 
 OBS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 BOX = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -112,17 +112,6 @@ def transitions(obs_space: gym.spaces.Discrete, act_space: gym.Space[Any]) -> Re
             np.array([start + (t + 1) % n], np.int64),
         )
     return buffer
-
-
-def two_updates(policy: Policy[Any], buffer: ReplayBuffer) -> None:
-    """Two gradient steps on the whole buffer, prepared as the policy's trainer would."""
-    if "onpolicy" in policy.trainer_kinds:
-        batch = policy.process_rollout(buffer.rollout()).flatten()
-    else:
-        batch = policy.process_sample(buffer.rollout().flatten(), buffer)
-    torch.manual_seed(1)
-    for _ in range(2):  # TD3's delayed actor steps on the second
-        policy.learn(batch)
 
 
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
