@@ -203,9 +203,7 @@ class Collector:
         found dead (:meth:`check_env_processes`) and envs that take no further call (see
         :meth:`give_up`) raise ``EnvError``.
         """
-        if self._unusable is not None:
-            self._refuse()
-        self.check_env_processes()
+        self.check_env_processes()  # envs given up on are refused there too
         try:
             obs, _ = self.env.reset(seed=seed)
         except Exception as exc:
@@ -428,8 +426,8 @@ class Collector:
         signal has ended (sub-env, pid, signal: the OOM killer, a kill, a crash), after
         closing the envs; nothing for envs without worker processes. One status check per
         process: for the start of a collect step or an epoch, not per step (``when`` says
-        which, for the message). Envs that take
-        no further call (:meth:`give_up`) raise the ``EnvError`` that says so."""
+        which, for the message). Envs that take no further call (:meth:`give_up`) raise
+        the ``EnvError`` that says so."""
         if self._unusable is not None:
             self._refuse()
         dead = killed_worker(self.env)
