@@ -380,3 +380,23 @@ def test_a_restored_env_snapshot_continues_the_buffered_episodes(mode: Autoreset
     assert stats.lens.tolist() == [5, 5]  # the episodes went on: 3 steps before, 2 after
     _valid_transitions(buf, [5, 5])  # every flag as in an uninterrupted run
     assert not bool(buf.rollout().truncated.any())
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_long_episode_warns_once_with_its_length_counted_across_collects(
+    mode: AutoresetMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import epochtrain.data.collector as collector_module
+
+    monkeypatch.setattr(collector_module, "LONG_EPISODE", 5_000)
+    # env 0 ends every 3 steps, env 1 runs 9,000 steps; the episode collect looks at its
+    # own row 4,096, where env 1's episode is that plus the rows collected before
+    collector, _, _ = _collector([3, 9_000], mode=mode)
+    collector.collect(n_step=2_000)
+    length = collector.last_collect_rows + 4_096
+    with pytest.warns(
+        UserWarning, match=rf"CounterEnv has run {length:,} steps without ending"
+    ) as record:
+        stats = collector.collect(n_episode=2)
+    assert sum("without ending" in str(w.message) for w in record) == 1
+    assert sorted(stats.lens.tolist()) == [3, 9_000]

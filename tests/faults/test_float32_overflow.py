@@ -252,3 +252,38 @@ def test_a_huge_reward_under_stop_ends_the_run_at_the_env_check_with_a_finite_bu
     assert "overflows the replay buffer's float32 storage" in (trainer.nonfinite_message or "")
     assert stats[-1].info_stat.env_step == 58
     assert stored_finite(trainer.train_collector)
+
+
+class LargeFloat32(gym.ObservationWrapper[np.ndarray, Any, np.ndarray]):
+    """CartPole with float32 observations scaled by ``scale``: finite, but their squares
+    overflow float32 when ``scale`` is beyond about 1.8e19."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.scale = np.float32(scale)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return (observation * self.scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("scale", [1e20, 1e37])
+def test_large_finite_float32_observations_pass_and_are_stored(num_envs: int, scale: float) -> None:
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: LargeFloat32(scale)] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
+    )
+    c = collector(envs)
+    c.collect(n_step=30)
+    assert stored_finite(c)
+    assert c.buffer is not None
+    assert float(c.buffer.rollout().obs.abs().max()) > scale / 1e3
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), HUGE])
+def test_one_envs_bad_reward_is_refused(value: float) -> None:
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: Overflowing("reward", at=3, value=value)], autoreset_mode=AutoresetMode.SAME_STEP
+    )
+    with pytest.raises(NonFiniteError, match="reward of sub-env 0"):
+        collector(envs).collect(n_step=20)

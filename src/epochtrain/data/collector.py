@@ -111,6 +111,29 @@ def _to_tensor(obs: Any) -> Obs:
     return torch.as_tensor(obs)
 
 
+def _inference_act(policy: Actor, obs: Any) -> tuple[Callable[[Obs, bool], ActResult], bool]:
+    """What the hot loop calls under ``torch.inference_mode()``: the ``act`` of an epochtrain
+    :class:`~epochtrain.Policy` without the no-grad wrapper its class adds (grad is off
+    already, so the wrapper would only check that), and whether array observations go in
+    as ``torch.from_numpy(obs)``, which is what ``Policy.to_tensor`` gives for a CPU policy
+    that keeps it. Any other actor, or an ``act`` set on the instance, is called as is."""
+    from epochtrain.algorithms.base import _WITHOUT_GRAD, Policy  # the data layer loads first
+
+    if not isinstance(policy, Policy):
+        return policy.act, False
+    wrapper = type(policy).act
+    own = getattr(wrapper, "__wrapped__", None)
+    act = policy.act
+    if own is not None and getattr(wrapper, _WITHOUT_GRAD, False) and "act" not in vars(policy):
+        act = own.__get__(policy)
+    direct = (
+        isinstance(obs, np.ndarray)
+        and type(policy).to_tensor is Policy.to_tensor
+        and policy.device.type == "cpu"
+    )
+    return act, direct
+
+
 def _set_row(obs: Any, i: int, value: Any) -> None:
     if isinstance(obs, dict):
         for k in obs:
@@ -280,103 +303,119 @@ class Collector:
         float_obs = isinstance(obs, np.ndarray) and obs.dtype.kind == "f"
         dict_obs = isinstance(obs, dict)
         to_env, from_env = self._to_env, self._from_env
-        with torch.inference_mode():
-            while True:
-                if random:
-                    env_act = env.action_space.sample()
-                    act = env_act if from_env is None else from_env(env_act)
-                else:
-                    act_t, extras_t = policy.act(
-                        policy.to_tensor(_to_tensor(act_obs)), deterministic
-                    )
-                    act = act_t.cpu().numpy()
-                    if extras_t:  # a NaN logp is the policy's fault too, found before storing
-                        extras = {k: v.cpu().numpy() for k, v in extras_t.items()}
-                        if not extras_fit(extras):
-                            check_extras(env, extras, steps, policy)
+        policy_act, direct = _inference_act(policy, act_obs)
+        # ep_len holds each episode's length minus ``rows`` while the loop runs: one
+        # counter instead of an array add per step; made lengths again however it ends
+        try:
+            with torch.inference_mode():
+                while True:
+                    if random:
+                        env_act = env.action_space.sample()
+                        act = env_act if from_env is None else from_env(env_act)
                     else:
-                        extras = no_extras
-                    env_act = act if to_env is None else to_env(act)
-                # one reduction (actions_fit), before the env gets them: a NaN the policy
-                # chose would come back as NaN observations, blamed on the env
-                if act.dtype.kind == "f" and not actions_fit(act):
-                    check_actions(env, act, steps, None if random else policy)
-                try:
-                    obs_next, rew, terminated, truncated, info = env.step(env_act)
-                except Exception as exc:
-                    self._env_failed(exc, "step", steps)
-                except BaseException:  # Ctrl-C, SIGTERM: the env processes may owe replies
-                    self._cut_short("step")
-                    raise
-                # one reduction per array (array_fits): a NaN, an inf or a float64 beyond
-                # float32's range, which the buffer would store as inf, sends it to the check
-                if not (
-                    array_fits(rew)
-                    and (not float_obs or array_fits(obs_next))
-                    and (not dict_obs or leaves_fit(obs_next))
-                ):
-                    check_finite(env, obs_next, rew, steps)
-                rows += 1
-                if transform is not None:
-                    obs_next = transform(obs_next, True)
-                elif copy_obs:
-                    obs_next = _copy(obs_next)
-                act_obs = obs_next if act_transform is None else act_transform(obs_next, True)
-                done = (terminated | truncated).nonzero()[0]
-                ep_return += rew
-                ep_len += 1
-                valid = None
-                real_next = obs_next
-                if same_step:
-                    steps += num_envs
-                    if len(done):
-                        final = info["final_obs"]
-                        if transform is not None:
-                            final = _transformed_rows(final, done, transform)
-                        real_next = _with_final_obs(obs_next, final, done)
-                else:
-                    if len(resetting):
-                        valid = np.ones(num_envs, dtype=bool)
-                        valid[resetting] = False
-                        ep_return[resetting] = 0.0
-                        ep_len[resetting] = 0
-                    steps += num_envs - len(resetting)
-                    resetting = done
-                if add is not None:
-                    add(obs, act, rew, terminated, truncated, real_next, extras, valid)
-                obs = obs_next
-                if len(done) and self._end_episodes(done, returns, lens, remaining):
-                    break
-                if n_step is not None:
-                    if steps >= n_step:
+                        act_t, extras_t = policy_act(
+                            torch.from_numpy(act_obs)
+                            if direct
+                            else policy.to_tensor(_to_tensor(act_obs)),
+                            deterministic,
+                        )
+                        act = act_t.cpu().numpy()
+                        if extras_t:  # a NaN logp is the policy's fault too, found before storing
+                            extras = {k: v.cpu().numpy() for k, v in extras_t.items()}
+                            if not extras_fit(extras):
+                                check_extras(env, extras, steps, policy)
+                        else:
+                            extras = no_extras
+                        env_act = act if to_env is None else to_env(act)
+                    # one reduction (actions_fit), before the env gets them: a NaN the policy
+                    # chose would come back as NaN observations, blamed on the env
+                    if act.dtype.kind == "f" and not actions_fit(act):
+                        check_actions(env, act, steps, None if random else policy)
+                    try:
+                        obs_next, rew, terminated, truncated, info = env.step(env_act)
+                    except Exception as exc:
+                        self._env_failed(exc, "step", steps)
+                    except BaseException:  # Ctrl-C, SIGTERM: the env processes may owe replies
+                        self._cut_short("step")
+                        raise
+                    # one reduction per array (array_fits): a NaN, an inf or a float64 beyond
+                    # float32's range, which the buffer would store as inf, sends it to the check
+                    if not (
+                        array_fits(rew)
+                        and (not float_obs or array_fits(obs_next))
+                        and (not dict_obs or leaves_fit(obs_next))
+                    ):
+                        check_finite(env, obs_next, rew, steps)
+                    rows += 1
+                    if transform is not None:
+                        obs_next = transform(obs_next, True)
+                    elif copy_obs:
+                        obs_next = _copy(obs_next)
+                    act_obs = obs_next if act_transform is None else act_transform(obs_next, True)
+                    done = (terminated | truncated).nonzero()[0]
+                    ep_return += rew
+                    valid = None
+                    real_next = obs_next
+                    if same_step:
+                        steps += num_envs
+                        if len(done):
+                            final = info["final_obs"]
+                            if transform is not None:
+                                final = _transformed_rows(final, done, transform)
+                            real_next = _with_final_obs(obs_next, final, done)
+                    else:
+                        if len(resetting):
+                            valid = np.ones(num_envs, dtype=bool)
+                            valid[resetting] = False
+                            ep_return[resetting] = 0.0
+                            ep_len[resetting] = -rows  # length 0 now: see _run_loop
+                        steps += num_envs - len(resetting)
+                        resetting = done
+                    if add is not None:
+                        add(obs, act, rew, terminated, truncated, real_next, extras, valid)
+                    obs = obs_next
+                    if len(done) and self._end_episodes(done, returns, lens, remaining, rows):
                         break
-                elif not rows & 4095 and not self._warned_long:
-                    self._warn_long_episode()
+                    if n_step is not None:
+                        if steps >= n_step:
+                            break
+                    elif not rows & 4095 and not self._warned_long:
+                        self._warn_long_episode(rows)
+        finally:
+            ep_len += rows
         self._obs, self._resetting = obs, resetting
         self.last_collect_rows = rows
         return CollectStats.from_episodes(steps, returns, lens, time.perf_counter() - start)
 
     def _end_episodes(
-        self, done: np.ndarray, returns: list[float], lens: list[int], remaining: np.ndarray | None
+        self,
+        done: np.ndarray,
+        returns: list[float],
+        lens: list[int],
+        remaining: np.ndarray | None,
+        rows: int,
     ) -> bool:
-        """Record the episodes that ended in envs ``done``; True once every quota is met."""
+        """Record the episodes that ended in envs ``done`` (``rows`` vector steps into the
+        collect call: an episode's length is ``_ep_len + rows`` then); True once every
+        quota is met."""
         ep_return, ep_len = self._ep_return, self._ep_len
         if remaining is None:
             returns += ep_return[done].tolist()
-            lens += ep_len[done].tolist()
+            lens += (ep_len[done] + rows).tolist()
         else:
             counted = done[remaining[done] > 0]
             returns += ep_return[counted].tolist()
-            lens += ep_len[counted].tolist()
+            lens += (ep_len[counted] + rows).tolist()
             remaining[counted] -= 1
         ep_return[done] = 0.0
-        ep_len[done] = 0
+        ep_len[done] = -rows
         return remaining is not None and not remaining.any()
 
-    def _warn_long_episode(self) -> None:
+    def _warn_long_episode(self, rows: int) -> None:
         """Warn (once) when an episode runs on and on while ``collect`` waits for episodes
-        to end: an env without a time limit may never end one, and the run would hang."""
-        longest = int(self._ep_len.max())
+        to end: an env without a time limit may never end one, and the run would hang
+        (``rows`` vector steps into the collect call, as for :meth:`_end_episodes`)."""
+        longest = int(self._ep_len.max()) + rows
         if longest < LONG_EPISODE:
             return
         self._warned_long = True

@@ -108,9 +108,20 @@ def check_finite(env: Any, obs: Any, rew: np.ndarray | None, steps: int) -> None
 def array_fits(x: np.ndarray) -> bool:
     """The per-step check of one float array (one reduction): True when it can hold no NaN,
     inf or, if wider than float32, no value beyond float32's range (its sum of squares is
-    below :data:`F32_SQUARED`); False sends it to :func:`check_finite`."""
+    below :data:`F32_SQUARED`); False sends it to :func:`check_finite`, which decides.
+
+    One value (the reward of one env) is read as a Python float, no numpy call. A float32
+    array's sum of squares (``np.vdot``, about half the time of ``sum`` on a few values)
+    must be finite: squares overflow beyond about 1.8e19, which :func:`check_finite` then
+    lets pass (an env whose observations are that large pays that check on every step).
+    """
+    if x.size == 1:
+        value: float = x.item()
+        return abs(value) <= F32_MAX  # False for NaN and inf too
     if x.dtype.itemsize > 4:
         return bool(np.vdot(x, x) < F32_SQUARED)
+    if x.dtype.itemsize == 4:
+        return math.isfinite(np.vdot(x, x))
     return math.isfinite(x.sum())
 
 
