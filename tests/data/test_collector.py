@@ -400,3 +400,40 @@ def test_a_long_episode_warns_once_with_its_length_counted_across_collects(
         stats = collector.collect(n_episode=2)
     assert sum("without ending" in str(w.message) for w in record) == 1
     assert sorted(stats.lens.tolist()) == [3, 9_000]
+
+
+def test_a_policys_own_to_tensor_and_an_act_set_on_the_instance_are_called() -> None:
+    from epochtrain import DQN
+    from epochtrain.data.batch import ActResult, Obs
+
+    class Doubling(DQN):
+        """Acts on observations its own to_tensor doubles."""
+
+        seen: list[float] = []  # noqa: RUF012 - a test's record
+
+        def to_tensor(self, obs: Obs) -> Obs:
+            assert isinstance(obs, torch.Tensor)
+            return obs * 2.0
+
+        def act(self, obs: Obs, deterministic: bool = False) -> ActResult:
+            assert isinstance(obs, torch.Tensor)
+            self.seen.append(float(obs[0, 0]))
+            return super().act(obs, deterministic)
+
+    env = gym.make_vec("CartPole-v1", num_envs=1, vectorization_mode="sync")
+    policy = Doubling(env.single_observation_space, env.single_action_space, hidden=(8,))
+    collector = Collector(policy, env)
+    collector.reset(seed=0)
+    first = float(collector._obs[0, 0])
+    collector.collect(n_step=3)
+    assert policy.seen[0] == pytest.approx(2.0 * first) and len(policy.seen) == 3
+
+    calls: list[int] = []
+
+    def act_on_instance(obs: Obs, deterministic: bool = False) -> ActResult:
+        calls.append(1)
+        return torch.zeros(1, dtype=torch.int64), {}
+
+    object.__setattr__(policy, "act", act_on_instance)
+    collector.collect(n_step=2)
+    assert len(calls) == 2 and len(policy.seen) == 3
