@@ -226,6 +226,19 @@ class Collector:
         found dead (:meth:`check_env_processes`) and envs that take no further call (see
         :meth:`give_up`) raise ``EnvError``.
         """
+        obs = self._reset_envs(seed)
+        if self.obs_transform is not None:
+            obs = self.obs_transform(obs, True)
+        if self.act_obs_transform is not None:  # new data for its statistics; the policy's
+            self.act_obs_transform(obs, True)  # copy is made again when a collect starts
+        self._obs = _copy(obs) if self._copy_obs else obs
+        self._ep_return[:] = 0.0
+        self._ep_len[:] = 0
+        self._resetting = np.zeros(0, dtype=np.int64)
+
+    def _reset_envs(self, seed: int | None) -> Any:
+        """Reset the envs (:meth:`reset` without the observation transforms); their first
+        observations, checked finite."""
         self.check_env_processes()  # envs given up on are refused there too
         try:
             obs, _ = self.env.reset(seed=seed)
@@ -237,14 +250,7 @@ class Collector:
         if self.buffer is not None:
             self.buffer.end_episodes()
         check_finite(self.env, obs, None, 0)
-        if self.obs_transform is not None:
-            obs = self.obs_transform(obs, True)
-        if self.act_obs_transform is not None:  # new data for its statistics; the policy's
-            self.act_obs_transform(obs, True)  # copy is made again when a collect starts
-        self._obs = _copy(obs) if self._copy_obs else obs
-        self._ep_return[:] = 0.0
-        self._ep_len[:] = 0
-        self._resetting = np.zeros(0, dtype=np.int64)
+        return obs
 
     def collect(
         self,
@@ -578,8 +584,13 @@ class Collector:
         if snapshot is not None:
             restore_env(self.env, snapshot)
         elif "env" in state and restart_seed is not None:
-            self.reset(seed=restart_seed)
-            return
+            if state["obs"] is not None:
+                self.reset(seed=restart_seed)
+                return
+            # saved before the run's start, which resets the envs itself: no episode to
+            # restart and no observation of the run's, so none reaches the transforms' running
+            # statistics; the reset still finds envs that cannot go on (a dead env process)
+            self._reset_envs(restart_seed)
         self._obs = state["obs"]
         self._ep_return = np.array(state["ep_return"], dtype=np.float64)
         self._ep_len = np.array(state["ep_len"], dtype=np.int64)

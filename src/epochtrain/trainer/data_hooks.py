@@ -86,6 +86,11 @@ class ObservationNormalizer(TrainerHook):
     with the statistics of its time. The test collector uses the training statistics and
     never updates them. Box observation spaces only; online trainers only.
 
+    A resume, or a Ctrl-C roll-back, restores the statistics first; training envs that do
+    not pickle then restart their episodes, and the new first observations update the
+    restored statistics once, as the run's first reset did (the run differs from the
+    uninterrupted one from there; envs that pickle continue it bit for bit).
+
     With ``async_collection=True`` the collect step in the worker thread updates a copy of
     the statistics (and its policy acts on observations normalised with that copy, as in
     synchronous collection); the copy becomes :attr:`rms` in the main thread when the
