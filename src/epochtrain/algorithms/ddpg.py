@@ -110,5 +110,5 @@ class DDPG(DeterministicActorCritic[DDPGTrainingStats]):
         return DDPGTrainingStats(
             loss_actor=SequenceSummaryStats.single(loss_actor),
             loss_critic=SequenceSummaryStats.single(loss_critic),
-            q_mean=SequenceSummaryStats.single(q_mean),
+            q_mean=q_mean,
         )

@@ -39,12 +39,13 @@ from epochtrain.algorithms.base import (
     TrainerKind,
     bootstrap_discount,
     normal_like,
+    row_means,
 )
 from epochtrain.algorithms.box_actions import squashed_action_bounds
 from epochtrain.algorithms.priorities import TDPriorities, weighted_mean
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.nets import MLP, EnsembleQCritic, box_bounds, flat_dim, q_value, q_values
-from epochtrain.stats import TTrainingStats
+from epochtrain.stats import DeferredReads, SequenceSummaryStats, TTrainingStats
 
 if TYPE_CHECKING:
     from epochtrain.algorithms.ddpg import DDPGConfig
@@ -121,6 +122,7 @@ class DeterministicActorCritic(TDPriorities, NStepReplay, Policy[TTrainingStats]
         )
         self.n_updates = 0
         """Critic gradient steps taken so far (saved in the state dict)."""
+        self._q_means = DeferredReads(row_means)  # q_mean of each step, read per update step
 
     # ------------------------------------------------------------------ acting
     def preprocess_obs(self, obs: Obs) -> Tensor:
@@ -201,8 +203,10 @@ class DeterministicActorCritic(TDPriorities, NStepReplay, Policy[TTrainingStats]
 
     def update_critics(
         self, batch: Batch, obs: Tensor, act: Tensor, obs_next: Tensor
-    ) -> tuple[float, float]:
-        """One critic step on the summed MSE of every critic; returns ``(loss, mean Q_1)``.
+    ) -> tuple[float, SequenceSummaryStats]:
+        """One critic step on the summed MSE of every critic; returns the loss and the
+        summary of the minibatch's mean ``Q_1`` (read back with the update step's other
+        statistics, :class:`~epochtrain.stats.DeferredReads`, not on every gradient step).
 
         With ``batch.weight`` (importance weights of a prioritized buffer) each sample's
         squared error is weighted by it; ``Q`` and the target are recorded for the
@@ -222,7 +226,7 @@ class DeterministicActorCritic(TDPriorities, NStepReplay, Policy[TTrainingStats]
         loss_value = self.optimize("critic", loss, max_grad_norm=self.max_grad_norm, isolated=True)
         # a plain int: object's setattr skips nn.Module's checks, run on every step
         object.__setattr__(self, "n_updates", self.n_updates + 1)
-        return loss_value, qs[0].detach().mean().item()
+        return loss_value, self._q_means.defer(qs[0].detach(), 1)[0]
 
     def actor_due(self) -> bool:
         """Whether the critic step just taken is followed by an actor step."""

@@ -121,6 +121,6 @@ class TD3(DeterministicActorCritic[TD3TrainingStats]):
         return TD3TrainingStats(
             loss_actor=actor_stat,
             loss_critic=SequenceSummaryStats.single(loss_critic),
-            q_mean=SequenceSummaryStats.single(q_mean),
+            q_mean=q_mean,
             actor_updated=SequenceSummaryStats.single(float(due)),
         )

@@ -71,13 +71,24 @@ class TD3BCConfig(TD3Config):
     """Normalise states with the dataset's mean and std."""
 
 
+def obs_stats_shape(observation_space: gym.Space[Any]) -> tuple[int, ...]:
+    """The shape of TD3+BC's state statistics: one mean and std per network input, so
+    ``(n,)`` for a ``Discrete(n)`` observation (one-hot encoded: ``n`` inputs), the
+    observation's shape for a Box."""
+    if isinstance(observation_space, gym.spaces.Discrete):
+        return (int(observation_space.n),)
+    return tuple(observation_space.shape or ())
+
+
 class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
     """TD3+BC for a 1-d bounded Box action space, trained on a fixed dataset.
 
     ``alpha`` weighs the RL term against behaviour cloning (0 gives pure BC with a TD3
     critic). ``normalize_obs``: normalise states with the dataset's statistics (computed
-    from the buffer on the first sampled batch, or by :meth:`compute_obs_stats`). Acting
-    is deterministic: there is no exploration offline.
+    from the buffer on the first sampled batch, or by :meth:`compute_obs_stats`; one mean
+    and std per network input: per dimension of a Box, per one-hot input of a
+    ``Discrete(n)``, shape ``(n,)``). Acting is deterministic: there is no exploration
+    offline.
     """
 
     obs_mean: Tensor
@@ -113,7 +124,7 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
         )
         self.alpha = cfg.alpha
         self.normalize_obs = cfg.normalize_obs
-        shape = observation_space.shape or ()
+        shape = obs_stats_shape(observation_space)
         self.register_buffer("obs_mean", torch.zeros(shape, device=self.device))
         self.register_buffer("obs_std", torch.ones(shape, device=self.device))
         self.obs_stats_ready = False
@@ -170,7 +181,7 @@ class TD3BC(DeterministicActorCritic[TD3BCTrainingStats]):
         return TD3BCTrainingStats(
             loss_actor=stat_actor,
             loss_critic=SequenceSummaryStats.single(loss_critic),
-            q_mean=SequenceSummaryStats.single(q_mean),
+            q_mean=q_mean,
             actor_updated=SequenceSummaryStats.single(float(due)),
             loss_bc=stat_bc,
             lmbda=stat_lmbda,
