@@ -92,18 +92,24 @@ def refresh(
         or new + n_step - 1 >= rows
     ):
         table = NStepTable.empty(n_step, gamma, rows * n, layout)
-        flat = np.arange(rows * n)
+        flat: list[int] | np.ndarray = np.arange(rows * n)
     elif new:
         # rows t whose window t .. t + n_step - 1 holds a row written since: the new
         # rows and the n_step - 1 before them (no other row's window or end changed)
-        t = (ring.cursor - new - (n_step - 1) + np.arange(new + n_step - 1)) % rows
-        flat = (t[:, None] * n + np.arange(n)).reshape(-1)
+        count = new + n_step - 1
+        first = ring.cursor - count
+        if count * n <= SCALAR_ROWS:  # a gradient step per env step: Python ints, no arrays
+            flat = [(first + j) % rows * n + e for j in range(count) for e in range(n)]
+        else:
+            t = (first + np.arange(count)) % rows
+            flat = (t[:, None] * n + np.arange(n)).reshape(-1)
     else:
         return table
     if len(flat) <= SCALAR_ROWS:
-        for i in flat.tolist():
+        for i in flat if isinstance(flat, list) else flat.tolist():
             table.ret[i], table.last[i], table.discount[i] = _sum_one(ring, i, n_step, gamma)
     else:
+        assert isinstance(flat, np.ndarray)
         ret, last, discount = _sum_many(ring, flat, n_step, gamma)
         table.ret[flat], table.last[flat], table.discount[flat] = ret, last, discount
     table.rows_written = rows_written
