@@ -152,3 +152,22 @@ def test_a_checkpoint_path_that_is_no_directory_says_so(
     err = capsys.readouterr().err
     option = "--checkpoint " if command[0] == "collect" else ""
     assert len(err.strip().splitlines()) == 1 and f"error: {option}{path} {what}: pass" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--quiet", "--verbose"], "--quiet and --verbose contradict each other"),
+        (["--no-progress", "--show-progress"], "--no-progress and --show-progress contradict"),
+    ],
+)
+def test_train_refuses_flags_that_contradict_each_other_before_any_work(
+    flags: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--quiet --verbose`` ran quiet and ``--no-progress --show-progress`` hid the bars,
+    whatever the order: one flag was dropped without a word."""
+    logdir = tmp_path / "runs"
+    assert main(["train", *SHORT, *flags, "--logdir", str(logdir)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err
+    assert not logdir.exists()

@@ -29,9 +29,7 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # CI starts pytest with SIGINT ignored
 
 
-@pytest.mark.parametrize(
-    "resume", [["--resume", "runs/r 1"], ["--resume=runs/r 1"], ["--res", "runs/r 1"]]
-)
+@pytest.mark.parametrize("resume", [["--resume", "runs/r 1"], ["--resume=runs/r 1"]])
 @pytest.mark.parametrize(
     ("exc", "what"), [(KeyboardInterrupt(), "interrupted"), (Terminated(), "terminated")]
 )
@@ -64,7 +62,7 @@ def test_a_new_train_stopped_before_its_first_checkpoint_has_nothing_to_resume()
     )
 
 
-@pytest.mark.parametrize("resume", [["--resume", "/old"], ["--resume=/old"], ["--resu", "/old"]])
+@pytest.mark.parametrize("resume", [["--resume", "/old"], ["--resume=/old"]])
 def test_a_resume_past_a_new_checkpoint_resumes_from_its_directory_with_one_resume(
     resume: list[str],
 ) -> None:

@@ -276,9 +276,7 @@ def test_clip_grad_norm_gives_torchs_gradients_and_norm_bitwise(
         assert norm == expected or (np.isnan(norm) and np.isnan(expected))
         for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
             assert p.grad is not None and q.grad is not None
-            assert torch.equal(p.grad, q.grad) or (
-                p.grad.isnan().all() and q.grad.isnan().all()
-            )
+            assert torch.equal(p.grad, q.grad) or (p.grad.isnan().all() and q.grad.isnan().all())
 
 
 def test_clip_grad_norm_at_the_bound_scales_as_torch() -> None:

@@ -4,6 +4,7 @@ flag name what was typed (``--set seed=-1``, ``--update-per-step``)."""
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,3 +116,135 @@ def test_a_setting_of_other_algorithms_gets_no_spelling_guess() -> None:
     sac = RunSpec.tuned("sac", "Pendulum-v1")  # the counterparts of a name are not spelling
     with pytest.raises(ValueError, match=r"did you mean 'actor_lr' or 'alpha_lr' or 'critic"):
         sac.with_overrides({"lr": 1e-3})
+
+
+@pytest.mark.parametrize(
+    ("item", "loggers"),
+    [
+        ("logging.loggers=jsonl", ["jsonl"]),
+        ("loggers=csv", ["csv"]),
+        ('logging.loggers="jsonl"', ["jsonl"]),
+        ('logging.loggers=["jsonl", "csv"]', ["jsonl", "csv"]),
+    ],
+)
+def test_a_list_of_names_takes_one_bare_name_as_a_list_of_one(
+    capsys: pytest.CaptureFixture[str], item: str, loggers: list[str]
+) -> None:
+    """``--set logging.loggers=jsonl`` was refused: "must be a list of ..., got 'jsonl'"."""
+    status, spec, err = _config(capsys, "--set", item)
+    assert status == 0, err
+    assert spec["logging"]["loggers"] == loggers
+
+
+def test_a_sweep_reads_a_bare_name_of_a_list_of_names_as_a_list_of_one() -> None:
+    from epochtrain.spec_args import parse_set_options
+
+    assert parse_set_options(["logging.loggers=jsonl"]) == {"logging.loggers": ["jsonl"]}
+    assert parse_set_options(["hidden=64"]) == {"hidden": 64}  # numbers: no list of one
+
+
+@pytest.mark.parametrize(
+    ("item", "words"),
+    [
+        (
+            "logging.loggers=jsnl",
+            "--set logging.loggers=jsnl: must be a list of one of 'tensorboard', 'jsonl', "
+            "'csv', got ['jsnl'] (did you mean 'jsonl'?): e.g. --set logging.loggers=[",
+        ),
+        (
+            "logging.loggers=jsonl,csv",
+            'got [\'jsonl,csv\']: write a list: --set logging.loggers=["jsonl", "csv"]',
+        ),
+        ("logging.loggers=", "--set logging.loggers=: must be a list of one of 'tensorboard'"),
+    ],
+)
+def test_a_name_a_list_of_names_cannot_hold_is_refused_naming_the_key_and_the_names(
+    capsys: pytest.CaptureFixture[str], item: str, words: str
+) -> None:
+    status, _, err = _config(capsys, "--set", item)
+    assert status == 2 and words in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["--set", "lr=1e-3", "--set", "lr=2e-3"],
+            "--set lr=2e-3: config.lr is given twice (also by --set lr=1e-3): give each",
+        ),
+        (
+            ["--set", "config.lr=1e-3", "--set", "lr=2e-3"],
+            "--set lr=2e-3: config.lr is given twice (also by --set config.lr=1e-3)",
+        ),
+        (
+            ["--seed", "1", "--set", "seed=2"],
+            "--set seed=2: trainer.seed is given twice (also by --seed)",
+        ),
+        (
+            ["--no-verbose", "--set", "trainer.verbose=true"],
+            "trainer.verbose is given twice (also by --no-verbose)",
+        ),
+    ],
+)
+def test_a_setting_given_twice_in_one_command_is_refused_naming_both(
+    capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    """The last one won without a word (``--seed 1 --set seed=2`` ran seed 2)."""
+    status, _, err = _config(capsys, *argv)
+    assert status == 2 and words in err, err
+
+
+def test_a_sweep_refuses_a_setting_given_twice_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "exp"
+    sweep = ["sweep", "--algo", "ppo", "--out", str(out), "--no-progress"]
+    assert main([*sweep, "--set", "lr=1e-3", "--set", "config.lr=2e-3"]) == 2
+    assert "config.lr is given twice (also by --set lr=1e-3)" in capsys.readouterr().err
+    assert main([*sweep, "--max-epoch", "1", "--set", "max_epoch=2"]) == 2
+    assert "trainer.max_epoch is given twice (also by --max-epoch)" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_name_nested_below_a_setting_is_refused_as_such(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It said "unknown setting 'trainer.max_epoch.x' ... (did you mean 'max_epoch'?)" and
+    listed every trainer setting."""
+    status, _, err = _config(capsys, "--set", "trainer.max_epoch.x=3")
+    assert status == 2
+    assert "a setting is named NAME or SECTION.NAME (one dot: trainer.max_epoch" in err
+
+
+def test_a_long_value_is_not_repeated_in_full_by_its_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The line repeated all of it, twice (10,081 characters for a value of 5,000)."""
+    status, _, err = _config(capsys, "--set", "lr=" + "9" * 5000 + "x")
+    assert status == 2 and "(5001 characters): must be float" in err
+    assert len(err) < 400, len(err)
+
+
+def test_an_empty_value_is_not_told_to_drop_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _config(capsys, "--set", "lr=")
+    assert status == 2 and "--set lr=: must be float (> 0), got ''" in err
+    assert "quotes" not in err
+
+
+def test_unicode_text_is_kept_and_text_that_is_not_utf8_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes that are not UTF-8 (``$'a\\xff'``) were written to spec.toml as an escape
+    TOML cannot read; ``train --logdir`` made the run directory, then stopped with a
+    UnicodeEncodeError traceback in the TensorBoard writer."""
+    status, spec, err = _config(capsys, "--set", "logging.logdir=ünï cødé ✓")
+    assert status == 0 and spec["logging"]["logdir"] == "ünï cødé ✓", err
+    status, _, err = _config(capsys, "--set", "logging.logdir=a\udcff")
+    assert status == 2 and "--set logging.logdir=a\\xff is not UTF-8 text" in err
+    status, _, err = _config(capsys, "--checkpoint-dir", "a\udcff")
+    assert status == 2 and "--checkpoint-dir a\\xff is not UTF-8 text" in err
+    logdir = tmp_path / "a\udcff"
+    assert main(["train", "--algo", "ppo", "--logdir", str(logdir), "--no-progress"]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

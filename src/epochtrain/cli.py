@@ -53,7 +53,15 @@ USAGE_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, FileNotFound
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+    """An ArgumentParser whose errors are one line on stderr and exit status 2, and that
+    takes no abbreviation of an option (``--see`` is not ``--seed``): a command keeps its
+    meaning when a later version adds an option (``--seeds``), and a misspelt option is
+    refused with a "did you mean" (:func:`_option_hint`). The subcommands' parsers are of
+    this class too (``parser_class``), so each of them refuses abbreviations as well."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         hint = _choice_hint(message) or _dash_value_hint(message)
@@ -288,8 +296,8 @@ def _file_settings(path: str) -> set[str]:
 
 def options_given(args: argparse.Namespace, spec: Any) -> dict[str, str]:
     """``{setting: the option of this command line that set it}``, as typed: a flag
-    (``--no-async-collection``) or ``--set NAME=VALUE`` (the last one naming the setting;
-    ``--set`` applies after the flags)."""
+    (``--no-async-collection``) or ``--set NAME=VALUE``; a setting that two options give
+    is refused before this is asked (:func:`~epochtrain.spec_args.check_given_once`)."""
     given: dict[str, str] = {}
     for flag, (name, info) in spec_flags().items():
         value = getattr(args, flag.replace("-", "_"), None)

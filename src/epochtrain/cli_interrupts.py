@@ -135,10 +135,8 @@ def is_file_fault(exc: BaseException) -> bool:
 
 
 def _is_resume(word: str) -> bool:
-    """True for ``--resume``, ``--resume=PATH`` or an abbreviation of it that argparse takes
-    (``--res``: ``--re`` is also ``--repeat-per-collect``)."""
-    name = word.partition("=")[0]
-    return len(name) >= len("--res") and "--resume".startswith(name)
+    """True for ``--resume`` or ``--resume=PATH`` (no parser takes abbreviations)."""
+    return word.partition("=")[0] == "--resume"
 
 
 def _without_resume(argv: list[str]) -> list[str]:

@@ -59,7 +59,12 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     from epochtrain.data.writes import check_writable_dir
     from epochtrain.envs import env_name
     from epochtrain.spec import RunSpec
+    from epochtrain.spec_args import check_text
 
+    check_text("--logdir ", args.logdir)  # the run directory's path goes into spec.toml
+    for off, on in (("--quiet", "--verbose"), ("--no-progress", "--show-progress")):
+        if getattr(args, off[2:].replace("-", "_")) and getattr(args, on[2:].replace("-", "_")):
+            raise ValueError(f"{off} and {on} contradict each other: give one of them")
     base: RunSpec | None = None
     if args.resume is not None:
         try:
@@ -91,7 +96,10 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
 
     # before any folder is made: the policy on the env's spaces, the device (Discrete
     # actions for TD3+BC, before the dataset: no dataset helps)
-    check_spec(spec, dataset=False)
+    # a resume's buffer and batch sizes are its checkpoint's (make_trainer compares them)
+    check_spec(
+        spec if base is None else spec.with_overrides({"resume_from": str(ckpt)}), dataset=False
+    )
     if spec.entry.kind == "offline":
         _check_dataset(spec)
     if args.logdir:

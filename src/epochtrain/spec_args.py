@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +17,8 @@ from epochtrain.registry import ALGORITHMS
 __all__ = [
     "add_spec_options",
     "arg_type",
+    "check_given_once",
+    "check_text",
     "default_text",
     "flag_help",
     "flag_words",
@@ -23,6 +26,7 @@ __all__ = [
     "parse_value_of",
     "resolve_spec",
     "setting_flags",
+    "setting_key",
     "setting_type",
     "settings_help",
     "spec_flags",
@@ -228,8 +232,10 @@ def resolve_spec(args: argparse.Namespace, resumed: Any = None) -> Any:
     The base is the ``--config`` file, else ``resumed`` (the spec a ``--resume`` checkpoint
     holds), else the tuned preset of ``--algo`` on ``--env`` (default CartPole-v1). An
     ``--algo`` or ``--env`` that differs from a file's or checkpoint's is refused. A flag
-    the algorithm has no setting for, and a ``--set`` value its setting cannot hold, are
-    refused naming the option as typed (``--update-per-step``, ``--set seed=-1``).
+    the algorithm has no setting for, a ``--set`` value its setting cannot hold, and a
+    setting given twice (``--seed 1 --set seed=2``, ``--set lr=1 --set config.lr=2``:
+    :func:`check_given_once`) are refused naming the options as typed
+    (``--update-per-step``, ``--set seed=-1``).
     """
     from epochtrain.spec import RunSpec
 
@@ -251,6 +257,7 @@ def resolve_spec(args: argparse.Namespace, resumed: Any = None) -> Any:
             raise ValueError("--algo is required (or give --config FILE naming one)")
         spec = RunSpec.tuned(args.algo, args.env or DEFAULT_ENV)
     overrides: dict[str, Any] = {}
+    typed: list[tuple[str, str]] = []  # (setting, option as typed), for check_given_once
     for flag, (name, info) in spec_flags().items():
         attr = flag.replace("-", "_")
         if info.type is bool:  # a BooleanOptionalAction: None unless given
@@ -260,6 +267,11 @@ def resolve_spec(args: argparse.Namespace, resumed: Any = None) -> Any:
             overrides[name] = getattr(args, attr)
         if name in overrides:
             _check_flag_setting(spec, flag, name)
+            if isinstance(overrides[name], str):  # a path, a device: into the spec file
+                check_text(f"--{flag} ", overrides[name])
+            no = "no-" if overrides[name] is False and info.type is bool else ""
+            typed.append((name, f"--{no}{flag}"))
+    check_given_once([*typed, *((name, f"--set {name}={text}") for name, text in items)], spec)
     settings: dict[str, Any] = {}
     for name, text in items:
         settings[name] = parse_value_of(name, text, spec)
@@ -300,10 +312,45 @@ def _check_set_value(spec: Any, name: str, text: str, value: Any) -> None:
     except (TypeError, ValueError) as exc:
         message = str(exc).removeprefix(f"{type(owner).__name__}.{field} ")
         message = message.rpartition(f": set {field} ")[0] or message
+        message = message.replace(repr(value), _shown(repr(value)))
         tp = setting_type(name, spec)
-        raise type(exc)(
-            f"--set {name}={text}: {message}: {_literal_hint(name, text, tp, owner, field)}"
-        ) from None
+        parts = [p.strip() for p in text.split(",")] if _names_type(tp) is not None else []
+        if len(parts) > 1:  # `loggers=jsonl,csv`: a list, written as TOML writes one
+            hint = f"write a list: --set {name}={json.dumps(parts, ensure_ascii=False)}"
+        else:
+            message += _name_hint(value, tp)
+            hint = _literal_hint(name, text, tp, owner, field)
+        raise type(exc)(f"--set {name}={_shown(text)}: {message}: {_shown(hint)}") from None
+
+
+_SHOWN_CHARS = 60
+"""How much of a long value an error message repeats: the rest is counted, not printed."""
+
+
+def _shown(text: str) -> str:
+    """``text`` as an error message repeats it: a long one (a path pasted twice, a file's
+    contents) cut to its start and its length, so that the message stays one short line."""
+    if len(text) <= _SHOWN_CHARS + 20:
+        return text
+    return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def _name_hint(value: Any, tp: Any) -> str:
+    """`` (did you mean 'jsonl'?)`` for a text in ``value`` (or in its list) that is none of
+    the names setting type ``tp`` allows (a ``Literal``, or a list of one) but close to one
+    of them; else ``""``."""
+    import typing
+
+    from epochtrain.suggestions import close_matches
+
+    names = [a for a in typing.get_args(_names_type(tp) or tp) if isinstance(a, str)]
+    texts = value if isinstance(value, list | tuple) else [value]
+    for text in texts:
+        if names and isinstance(text, str) and text not in names:
+            hint = close_matches(text, names)
+            if hint:
+                return hint
+    return ""
 
 
 def _literal_hint(name: str, text: str, tp: Any, owner: Any, field: str) -> str:
@@ -320,7 +367,7 @@ def _literal_hint(name: str, text: str, tp: Any, owner: Any, field: str) -> str:
     default = next(f.default for f in dataclasses.fields(owner) if f.name == field)
     plain = (bool, int, float, str, tuple)
     example = next((v for v in (getattr(owner, field), default) if isinstance(v, plain)), None)
-    quoted = text[:1] in "\"'" and kinds & {int, float, tuple}
+    quoted = text.startswith(("'", '"')) and kinds & {int, float, tuple}
     words = "write it without quotes, " if quoted else ""
     if example is None:
         return f"{words}see the settings list of --help"
@@ -333,11 +380,21 @@ _CHOSEN_BY_FLAG = {"algo": "--algo", "env_id": "--env"}
 
 
 def _split_set(item: str) -> tuple[str, str]:
-    """``(NAME, TEXT)`` of ``--set NAME=TEXT``; ``ValueError`` for an item without ``=``,
-    and for ``algo`` or ``env_id``, naming the option that chooses them."""
+    """``(NAME, TEXT)`` of ``--set NAME=TEXT``; ``ValueError`` for an item without ``=`` or
+    a name, a name nested deeper than ``section.name``, text that is not UTF-8 (it could
+    not be written to the run's spec file), and for ``algo`` or ``env_id``, naming the
+    option that chooses them."""
     name, eq, text = (part.strip() for part in item.partition("="))
     if not eq or not name:
-        raise ValueError(f"--set {item!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
+        raise ValueError(f"--set {_shown(item)!r}: write --set NAME=VALUE, e.g. --set lr=3e-4")
+    check_text("--set ", name)
+    check_text(f"--set {name}=", text)
+    if name.count(".") > 1:
+        section, _, field = name.partition(".")
+        raise ValueError(
+            f"--set {_shown(name)}={_shown(text)}: a setting is named NAME or SECTION.NAME "
+            f"(one dot: {section}.{field.partition('.')[0]}); no setting holds a table"
+        )
     if name in _CHOSEN_BY_FLAG:
         flag = _CHOSEN_BY_FLAG[name]
         raise ValueError(f"--set {name}={text}: {name} cannot be set; choose it with {flag} {text}")
@@ -347,19 +404,103 @@ def _split_set(item: str) -> tuple[str, str]:
 def parse_set_options(items: Sequence[str], spec: Any = None) -> dict[str, Any]:
     """``{name: value}`` of ``--set NAME=VALUE`` options, each value read for its setting's
     type (:func:`parse_value_of`: in ``spec``, a :class:`~epochtrain.spec.RunSpec`, when
-    given); ``ValueError`` for an item without ``=``, and for ``algo`` or ``env_id``,
-    naming the option that chooses them."""
-    return {name: parse_value_of(name, text, spec) for name, text in map(_split_set, items)}
+    given); ``ValueError`` for an item without ``=``, for a setting given twice
+    (:func:`check_given_once`), and for ``algo`` or ``env_id``, naming the option that
+    chooses them."""
+    pairs = [_split_set(item) for item in items]
+    check_given_once([(name, f"--set {name}={text}") for name, text in pairs], spec)
+    return {name: parse_value_of(name, text, spec) for name, text in pairs}
+
+
+def check_text(option: str, text: str) -> None:
+    """``ValueError`` naming ``option`` when ``text`` (a command-line word) is not UTF-8:
+    bytes the shell passed undecoded (``$'a\\xff'``) would stop the run when its spec
+    file or logs are written, after its directory was made."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise ValueError(
+            f"{option}{_shown(shown)} is not UTF-8 text: write it in UTF-8 "
+            "(names, paths and values are stored in the run's spec file)"
+        ) from None
+
+
+def check_given_once(options: Sequence[tuple[str, str]], spec: Any = None) -> None:
+    """``ValueError`` when two of ``options``, ``(setting name, the option as typed)``
+    pairs (``("seed", "--seed")``, ``("lr", "--set lr=3e-4")``), set one setting
+    (:func:`setting_key`: ``lr`` and ``config.lr`` are one), naming both: which one a
+    command keeps would otherwise be a rule to remember (a spec file that names a key
+    twice is refused too)."""
+    seen: dict[str, str] = {}
+    for name, typed in options:
+        key = setting_key(name, spec)
+        if key in seen:
+            raise ValueError(
+                f"{_shown(typed)}: {key} is given twice (also by {_shown(seen[key])}): "
+                "give each setting once"
+            )
+        seen[key] = typed
+
+
+def setting_key(name: str, spec: Any = None) -> str:
+    """The dotted name of setting ``name`` (``config.lr`` for ``lr``, ``seed`` for a
+    top-level one): in ``spec`` (a :class:`~epochtrain.spec.RunSpec`) when given, else
+    the one section of any algorithm's that has a field ``name``; ``name`` itself when it
+    is no setting, or names one in several sections."""
+    from epochtrain.config import fields_info
+    from epochtrain.spec import RunSpec
+
+    if spec is not None:
+        try:
+            section, field = spec.resolve_name(name)
+        except ValueError:
+            return name  # unknown or ambiguous: with_overrides names it
+        return field if section is None else f"{section}.{field}"
+    if "." in name or name in {info.name for info in fields_info(RunSpec)}:
+        return name
+    found = {
+        section
+        for section, classes in _tables().items()
+        for cls in classes
+        if any(info.name == name for info in fields_info(cls))
+    }
+    return f"{found.pop()}.{name}" if len(found) == 1 else name
 
 
 def parse_value_of(name: str, text: str, spec: Any = None) -> Any:
     """The value ``text`` of setting ``name``, read by
     :func:`~epochtrain.spec_files.parse_value` for the setting's type
     (:func:`setting_type`): ``--set lr=.001`` is 0.001, ``--set logging.logdir=2024-01-01``
-    the text ``'2024-01-01'``, ``--set normalize_advantage=False`` False."""
+    the text ``'2024-01-01'``, ``--set normalize_advantage=False`` False. A list of names
+    also takes a bare name as a list of one: ``--set logging.loggers=jsonl`` is
+    ``["jsonl"]`` (a list of numbers does not: ``--set hidden=64`` stays refused, as one
+    layer is rarely what is meant)."""
     from epochtrain.spec_files import parse_value
 
-    return parse_value(text, setting_type(name, spec))
+    tp = setting_type(name, spec)
+    value = parse_value(text, tp)
+    if isinstance(value, str) and value and _names_type(tp) is not None:
+        return [value]
+    return value
+
+
+def _names_type(tp: Any) -> Any:
+    """The element type of a list-of-names setting type ``tp`` (``tuple[LoggerName, ...]``,
+    ``tuple[str, ...]``, optionally ``| None``): a ``Literal`` of texts or ``str``; else
+    None."""
+    import types
+    import typing
+
+    from epochtrain.spec_files import value_kinds
+
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        found = [e for arg in typing.get_args(tp) if (e := _names_type(arg)) is not None]
+        return found[0] if len(found) == 1 else None
+    if typing.get_origin(tp) is not tuple:
+        return None
+    elem = typing.get_args(tp)[0]
+    return elem if value_kinds(elem) == {str} else None
 
 
 def setting_type(name: str, spec: Any = None) -> Any:
@@ -370,7 +511,7 @@ def setting_type(name: str, spec: Any = None) -> Any:
     import typing
 
     from epochtrain.config import fields_info
-    from epochtrain.spec import BufferSpec, LogSpec, RunSpec
+    from epochtrain.spec import RunSpec
 
     if spec is not None:
         try:
@@ -379,12 +520,7 @@ def setting_type(name: str, spec: Any = None) -> Any:
             return None
         owner = type(spec if section is None else getattr(spec, section))
         return typing.get_type_hints(owner)[field]
-    tables: dict[str, list[type[Any]]] = {
-        "config": [entry.config_cls for entry in ALGORITHMS.values()],
-        "trainer": [entry.params_cls for entry in ALGORITHMS.values()],
-        "buffer": [BufferSpec],
-        "logging": [LogSpec],
-    }
+    tables = _tables()
     section, _, field = name.rpartition(".")
     if not section and field in tables:
         return None  # a table, not a setting
@@ -392,3 +528,15 @@ def setting_type(name: str, spec: Any = None) -> Any:
     classes = tables.get(section, []) if section else every
     found = {info.type for cls in classes for info in fields_info(cls) if info.name == field}
     return found.pop() if len(found) == 1 else None
+
+
+def _tables() -> dict[str, list[type[Any]]]:
+    """The classes whose fields each section of a spec holds, over every algorithm's."""
+    from epochtrain.spec import BufferSpec, LogSpec
+
+    return {
+        "config": [entry.config_cls for entry in ALGORITHMS.values()],
+        "trainer": [entry.params_cls for entry in ALGORITHMS.values()],
+        "buffer": [BufferSpec],
+        "logging": [LogSpec],
+    }

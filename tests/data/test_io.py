@@ -168,6 +168,18 @@ def test_a_directory_to_write_in_is_checked_without_creating_it(
         check_writable_dir(tmp_path / "new", "--out")
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_directory_name_longer_than_a_file_system_takes_is_refused_naming_it(
+    tmp_path: Path, existing: bool
+) -> None:
+    long = "y" * 300
+    under = tmp_path / "x" if existing else tmp_path
+    under.mkdir(exist_ok=True)
+    with pytest.raises(ValueError, match=r"--logdir .*: the name 'y{40}'\.\.\. is 300 bytes"):
+        check_writable_dir(under / long / "run", "--logdir")
+    check_writable_dir(under / ("y" * 255), "--logdir")  # the longest name is fine
+
+
 @pytest.mark.skipif(
     not os.access("/proc", os.W_OK | os.X_OK),
     reason="needs Linux's /proc and root, for whom os.access calls /proc writable (as in CI)",

@@ -27,6 +27,7 @@ from typing import BinaryIO, Literal
 from epochtrain.errors import CheckpointError
 
 __all__ = [
+    "NAME_MAX",
     "check_writable_dir",
     "deferred_signals",
     "fsync_dir",
@@ -102,6 +103,10 @@ def write_durably(
         raise
 
 
+NAME_MAX = 255
+"""Bytes a file or directory name may have on the usual file systems (ext4, XFS, APFS)."""
+
+
 def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
     """``ValueError`` naming ``what`` unless ``path`` is a directory this process can write
     in, or one it can create (its nearest existing ancestor is a writable directory);
@@ -109,6 +114,13 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
     means a file can be created there (an unnamed one, gone at once): ``os.access`` alone
     says yes for ``/proc`` and for directories whose file system refuses new files."""
     target = Path(path).absolute()
+    too_long = next((p for p in target.parts if len(os.fsencode(p)) > NAME_MAX), None)
+    if too_long is not None:
+        raise ValueError(
+            f"{what} {os.fspath(path)[:60]!r}...: the name {too_long[:40]!r}... is "
+            f"{len(os.fsencode(too_long))} bytes, more than a file name may have "
+            f"({NAME_MAX}): choose a shorter one"
+        )
     found = target
     while not found.exists() and found != found.parent:
         found = found.parent

@@ -150,13 +150,19 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from epochtrain.spec_args import parse_set_options, parse_value_of
+    """The settings the flags and ``--set`` give every run; ``ValueError`` for one given
+    twice (``--max-epoch 5 --set max_epoch=6``), naming both."""
+    from epochtrain.spec_args import check_given_once, parse_set_options, parse_value_of
 
     overrides: dict[str, Any] = {}
+    typed: list[tuple[str, str]] = []
     for flag, (name, _) in _setting_flags().items():
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
             overrides[name] = parse_value_of(name, value) if isinstance(value, str) else value
+            typed.append((name, f"--{'no-' if value is False else ''}{flag}"))
+    sets = [(item.partition("=")[0].strip(), f"--set {item}") for item in args.set]
+    check_given_once([*typed, *sets])
     overrides.update(parse_set_options(args.set))
     return overrides
 
