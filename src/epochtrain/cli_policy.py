@@ -133,7 +133,12 @@ def _checkpoint_trainer(
         read_manifest,
         resolve_checkpoint,
     )
-    from epochtrain.factory import UnusedSettingWarning, make_envs, make_trainer
+    from epochtrain.factory import (
+        UnusedSettingWarning,
+        make_envs,
+        make_trainer,
+        replay_below_batch,
+    )
     from epochtrain.logger import LazyLogger
     from epochtrain.spec import RunSpec
     from epochtrain.trainer import ObservationNormalizer
@@ -162,6 +167,9 @@ def _checkpoint_trainer(
             "dataset": None,
         }
     )
+    too_small = replay_below_batch(spec)
+    if too_small is not None:  # an older epochtrain allowed it; testing never samples it
+        spec = spec.with_overrides({"buffer.buffer_size": too_small[1]})
     dataset = None
     if spec.entry.kind == "offline":  # its trainer needs a dataset to be built
         dataset = _one_transition(make_envs(spec.env_id, 1))

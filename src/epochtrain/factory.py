@@ -50,7 +50,13 @@ from epochtrain.trainer.checks import (
 from epochtrain.trainer.hooks import TrainerHook
 from epochtrain.trainer.params import TrainerParams
 
-__all__ = ["UnusedSettingWarning", "check_spec", "make_envs", "make_trainer"]
+__all__ = [
+    "UnusedSettingWarning",
+    "check_spec",
+    "make_envs",
+    "make_trainer",
+    "replay_below_batch",
+]
 
 
 class UnusedSettingWarning(UserWarning):
@@ -370,6 +376,7 @@ def make_trainer(
         except BaseException:
             trainer.close()
             raise
+        _warn_replay_capacity(spec)
     for note in (
         minibatch_size_note(spec.trainer, spec.num_envs),
         epoch_length_note(spec.trainer, spec.num_envs),
@@ -486,17 +493,48 @@ def check_spec(spec: RunSpec, *, dataset: bool = True) -> None:
             raise FileNotFoundError(f"dataset {path!r} of {spec.run_id} is not a file")
 
 
+def replay_below_batch(spec: RunSpec) -> tuple[int, int] | None:
+    """``(buffer_size, batch_size)`` of an off-policy ``spec`` whose replay buffer holds
+    fewer transitions than one minibatch, else None. Only sampling suffers from it:
+    ``epochtrain eval`` raises such a buffer to ``batch_size`` to test an old checkpoint."""
+    size, batch = spec.buffer.buffer_size, getattr(spec.trainer, "batch_size", None)
+    if spec.entry.kind == "offpolicy" and size is not None and batch is not None and size < batch:
+        return size, batch
+    return None
+
+
 def _check_replay_capacity(spec: RunSpec) -> None:
     """``ValueError`` for an off-policy run whose replay buffer holds fewer transitions
     than one minibatch (``buffer_size=10, batch_size=64``): sampling draws with replacement,
-    so it would run, every minibatch repeating the few transitions the buffer can hold."""
-    size, batch = spec.buffer.buffer_size, getattr(spec.trainer, "batch_size", None)
-    if spec.entry.kind == "offpolicy" and size is not None and batch is not None and size < batch:
+    so it would run, every minibatch repeating the few transitions the buffer can hold.
+
+    A resume (``resume_from``) is left to the checkpoint's settings comparison: an older
+    epochtrain allowed such a run, and a resume may change neither size, so it continues
+    as it was saved (:func:`_warn_replay_capacity`), and another size is refused there."""
+    found = replay_below_batch(spec)
+    if found is not None and spec.trainer.resume_from is None:
+        size, batch = found
         raise ValueError(
             f"buffer.buffer_size={size} is smaller than trainer.batch_size={batch}: the "
             f"replay buffer could never hold one minibatch, so every minibatch would repeat "
             f"its {size} transitions; set buffer_size >= batch_size (typically 100000), or "
             f"lower batch_size"
+        )
+
+
+def _warn_replay_capacity(spec: RunSpec) -> None:
+    """Warn that a resumed run (its checkpoint loaded: the sizes are the saved run's)
+    samples from a buffer smaller than one minibatch, as an older epochtrain allowed."""
+    found = replay_below_batch(spec)
+    if found is not None:
+        size, batch = found
+        warnings.warn(
+            f"resuming a run with buffer.buffer_size={size} smaller than "
+            f"trainer.batch_size={batch}, as an older epochtrain allowed: it continues as it "
+            f"was saved, every minibatch repeating the buffer's {size} transitions (a resume "
+            f"cannot change either size; a new run needs buffer_size >= batch_size)",
+            UserWarning,
+            stacklevel=3,
         )
 
 
