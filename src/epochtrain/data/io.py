@@ -15,6 +15,7 @@ import builtins
 import io
 import os
 import pickle
+import zipfile
 from collections.abc import Iterable
 from typing import Any
 
@@ -52,9 +53,14 @@ def safe_torch_load(path: str | os.PathLike[str], what: str) -> Any:
 
     ``what`` names the file's role in messages (``"checkpoint file"``, ``"buffer file"``).
     Raises :class:`CheckpointError` naming the file when it is unreadable, not a torch
-    file, or would need arbitrary code (a global outside the allow-list) to load.
+    file (judged from its first bytes before ``torch.load`` reads it: an HDF5 file, a
+    plain pickle, JSON, an ``.npz``), or a torch file that would need arbitrary code (a
+    global outside the allow-list) to load.
     """
     file = os.fspath(path)
+    foreign = _foreign_format(file)  # before torch.load: its pickle fallback would misjudge it
+    if foreign is not None:
+        raise CheckpointError(f"{what} {file!r} cannot be read: {foreign}")
     try:
         with torch.serialization.safe_globals(safe_globals()):
             return torch.load(file, map_location="cpu", weights_only=True)
@@ -73,6 +79,43 @@ def safe_torch_load(path: str | os.PathLike[str], what: str) -> Any:
         raise CheckpointError(f"{what} {file!r} cannot be read: {_unreadable(file, exc)}") from exc
 
 
+_TORCH_ZIP = b"PK\x03\x04"
+"""How every file torch.save writes starts: it is a zip archive (since torch 1.6)."""
+_HDF5 = b"\x89HDF\r\n\x1a\n"
+
+
+def _foreign_format(file: str) -> str | None:
+    """Why ``file`` is not a file torch.save wrote, from its first bytes (and, for a zip
+    archive, its member names), in words; None when it may be one (or cannot be opened:
+    ``torch.load`` then says why)."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    not_torch = "it is not a file torch.save wrote"
+    if head.startswith(_TORCH_ZIP):
+        try:
+            with zipfile.ZipFile(file) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return None  # torn: torch.load's error says so
+        if any(name.endswith("data.pkl") for name in names):
+            return None
+        return f"{not_torch} (a zip archive without torch's data.pkl, such as numpy's .npz)"
+    if head.startswith(_HDF5):
+        return (
+            f"{not_torch} (an HDF5 file, such as a Minari dataset's main_data.hdf5): read a "
+            "Minari dataset by its id, --dataset minari:<dataset id> "
+            "(ReplayBuffer.from_minari(<dataset id>) in Python)"
+        )
+    if head.startswith(b"\x80"):
+        return f"{not_torch} (a plain pickle); epochtrain reads only files it wrote"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return f"{not_torch} (JSON text); epochtrain reads only files it wrote"
+    return f"{not_torch} (empty, torn at the start, or another format)"
+
+
 def _unreadable(file: str, exc: Exception) -> str:
     """Why ``torch.load`` failed on ``file``, in words (torch says ``KeyError: 174812789``
     for a text file, ``EOFError`` for an empty one)."""
@@ -81,7 +124,7 @@ def _unreadable(file: str, exc: Exception) -> str:
             head = f.read(4)
     except OSError as err:
         return err.strerror or str(err)
-    if head != b"PK\x03\x04":  # every file torch.save writes is a zip archive
+    if head != _TORCH_ZIP:
         return "it is not a file torch.save wrote (empty, torn at the start, or another format)"
     first = str(exc).split(". ")[0]
     return f"it is torn or corrupt ({type(exc).__name__}: {first})"

@@ -8,14 +8,18 @@ raises ``FileNotFoundError`` naming ``minari download <id>``. Datasets live unde
 * :func:`load_minari_buffer` (also ``ReplayBuffer.from_minari``): every step of every
   episode becomes one transition of a single-env buffer, episodes one after the other;
   ``obs_next`` is the episode's next observation, so a truncated episode's last
-  transition bootstraps from its true final observation. A ``Discrete(n, start=k)``
-  dataset's actions (``k .. k+n-1``) become the policy's indices ``0 .. n-1``.
+  transition bootstraps from its true final observation; an episode whose last step has
+  neither flag is read with it truncated (as Minari's DataCollector records it), so it
+  never runs on into the next. A ``Discrete(n, start=k)`` dataset's actions
+  (``k .. k+n-1``) become the policy's indices ``0 .. n-1``.
 * :func:`write_minari`: the complete episodes of a buffer (or a buffer file from
   ``epochtrain collect``) become a Minari dataset; the metadata records the recording
   policy's episode returns (``recording_returns_mean``, ``_std``, ``_min``, ``_max``,
-  ``recording_episodes``). The dataset holds the actions the env applied, as Minari's own
-  recorder does: shifted to a ``Discrete``'s ``start``, clipped to a bounded ``Box``
-  (the buffer holds the policy's own; see :mod:`epochtrain.data.actions`).
+  ``recording_episodes``). A buffer that does not fit ``env_id``'s spaces (or whose
+  file's ``.json`` sidecar names another env) is refused before anything is written.
+  The dataset holds the actions the env applied, as Minari's own recorder does: shifted
+  to a ``Discrete``'s ``start``, clipped to a bounded ``Box`` with a warning when that
+  changes any (the buffer holds the policy's own; see :mod:`epochtrain.data.actions`).
 
 Needs the ``minari`` extra (``pip install 'epochtrain[minari]'``; minari's default
 storage format, HDF5, also needs ``h5py``: ``pip install 'minari[hdf5]'``).
@@ -25,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +88,9 @@ def load_minari_buffer(dataset: Any, *, device: str | torch.device = "cpu") -> R
     :param dataset: a dataset id (``"D4RL/door/human-v2"``, looked up locally) or a
         ``minari.MinariDataset``.
     :param device: where the buffer's sampled batches go.
+
+    An episode whose last step is neither terminated nor truncated is read with that
+    step truncated (it bootstraps from its last observation and ends there).
     """
     data = _open_dataset(dataset)
     episodes = list(data.iterate_episodes())
@@ -100,7 +109,7 @@ def load_minari_buffer(dataset: Any, *, device: str | torch.device = "cpu") -> R
         "act": act if to_policy is None else to_policy(act),
         "rew": cat(*(np.asarray(ep.rewards) for ep in episodes)),
         "terminated": cat(*(np.asarray(ep.terminations) for ep in episodes)),
-        "truncated": cat(*(np.asarray(ep.truncations) for ep in episodes)),
+        "truncated": cat(*(_truncations(ep) for ep in episodes)),
         "obs_next": obs_next,
     }
     steps = len(columns["rew"])
@@ -124,6 +133,16 @@ def load_minari_buffer(dataset: Any, *, device: str | torch.device = "cpu") -> R
     buffer.load_state_dict(state)
     buffer.source = f"minari:{data.spec.dataset_id}"
     return buffer
+
+
+def _truncations(episode: Any) -> np.ndarray:
+    """The episode's truncation flags, its last step marked truncated when it carries
+    neither flag (``create_dataset_from_buffers`` allows that; Minari's own recorder marks
+    it so): in one buffer the episode would otherwise run on into the next one."""
+    truncations = np.array(episode.truncations, dtype=bool)
+    if len(truncations) and not (truncations[-1] or episode.terminations[-1]):
+        truncations[-1] = True
+    return truncations
 
 
 def _episodes(buffer: ReplayBuffer) -> list[dict[str, Tree]]:
@@ -201,7 +220,10 @@ def write_minari(
     :param dataset_id: ``"<namespace>/<name>-v<version>"`` or ``"<name>-v<version>"``;
         an existing dataset of that id raises (Minari does not overwrite).
     :param env_id: the gymnasium id the data was recorded on (stored as the dataset's env
-        spec, so ``dataset.recover_environment()`` works).
+        spec, so ``dataset.recover_environment()`` works). ``ValueError`` before anything
+        is written when the buffer's observations or actions do not fit its spaces (shape,
+        kind, Discrete range) or the buffer file's ``.json`` sidecar names another env;
+        a ``UserWarning`` when Box actions past its bounds are clipped.
     :param algorithm_name: the recording policy (e.g. ``"PPO medium"``).
     :param author: author of the dataset.
     :param author_email: the author's contact.
@@ -232,8 +254,12 @@ def write_minari(
             "record until at least one episode ends"
         )
     spec = _env_spec(env_id)
-    to_env = env_action_map(_action_space(spec))
+    _check_recorded_env(buffer, env_id)
+    obs_space, act_space = _env_spaces(spec)
+    _check_fits(episodes, obs_space, act_space, env_id)
+    to_env = env_action_map(act_space)
     if to_env is not None:  # a dataset holds the env's actions: clipped, shifted to start
+        _warn_clipped(episodes, act_space, env_id)
         episodes = [{**ep, "actions": to_env(ep["actions"])} for ep in episodes]
     buffers = [episode_buffer.EpisodeBuffer(id=i, infos={}, **ep) for i, ep in enumerate(episodes)]
     directory = Path(minari.storage.get_dataset_path(dataset_id))
@@ -302,13 +328,109 @@ def _env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         raise ValueError(f"env_id {env_id!r} is not a registered gymnasium env: {exc}") from exc
 
 
-def _action_space(spec: gym.envs.registration.EnvSpec) -> gym.Space[Any]:
-    """The action space of one env of ``spec`` (built and closed)."""
+def _env_spaces(spec: gym.envs.registration.EnvSpec) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    """The observation and action spaces of one env of ``spec`` (built and closed)."""
     env = gym.make(spec)
     try:
-        return env.action_space
+        return env.observation_space, env.action_space
     finally:
         env.close()
+
+
+def _check_recorded_env(buffer: ReplayBuffer, env_id: str) -> None:
+    """Refuse ``env_id`` when the buffer file's ``.json`` sidecar (``epochtrain collect``)
+    names another env; a buffer without one (built in code, or a bare file) passes."""
+    if buffer.source is None or buffer.source.startswith("minari:"):
+        return
+    sidecar = Path(buffer.source + ".json")
+    try:
+        recorded = json.loads(sidecar.read_text(encoding="utf-8")).get("env_id")
+    except (OSError, ValueError, AttributeError):
+        return  # no sidecar, or not one that record_dataset wrote
+    if not isinstance(recorded, str):
+        return
+    if recorded.rpartition(":")[2] != env_id.rpartition(":")[2]:
+        raise ValueError(
+            f"env_id={env_id!r}, but {str(sidecar)!r} says {buffer.source!r} was recorded on "
+            f"{recorded!r}: pass env_id={recorded!r} (a dataset's env is the one its data "
+            "came from)"
+        )
+
+
+def _check_fits(
+    episodes: Sequence[dict[str, Tree]],
+    obs_space: gym.Space[Any],
+    act_space: gym.Space[Any],
+    env_id: str,
+) -> None:
+    """Refuse a buffer whose observations or actions are not of ``env_id``'s spaces (the
+    dataset would declare spaces its data does not fit)."""
+    fix = f"pass the env_id the buffer was recorded on (env_id={env_id!r} is wrong)"
+    for label, values, space in (
+        ("observations", [ep["observations"] for ep in episodes], obs_space),
+        ("actions", [ep["actions"] for ep in episodes], act_space),
+    ):
+        problem = _misfit(values, space, actions=label == "actions")
+        if problem is not None:
+            raise ValueError(
+                f"the buffer's {label} do not fit the {label[:-1]} space {space} of "
+                f"env_id={env_id!r}: {problem}; {fix}"
+            )
+
+
+def _misfit(values: Sequence[Tree], space: gym.Space[Any], *, actions: bool) -> str | None:
+    """What in ``values`` (one array or dict per episode, leading axis: steps) does not
+    fit ``space``, in words, or None. ``actions``: they are the policy's (a Discrete's are
+    indices ``0 .. n-1``, a float Box's are floats); observations are the env's own (a
+    Discrete's are ``start .. start+n-1``)."""
+    if isinstance(space, gym.spaces.Dict):
+        if not all(isinstance(v, dict) and set(v) == set(space.spaces) for v in values):
+            found = sorted(values[0]) if isinstance(values[0], dict) else "arrays"
+            return f"they hold {found}, the space the keys {sorted(space.spaces)}"
+        for key, sub in space.spaces.items():
+            problem = _misfit([v[key] for v in values], sub, actions=actions)
+            if problem is not None:
+                return f"{key!r}: {problem}"
+        return None
+    if any(isinstance(v, dict) for v in values):
+        return "they are dicts, the space is not a Dict"
+    data = np.concatenate([np.asarray(v) for v in values])
+    expected = tuple(space.shape) if space.shape is not None else None
+    if expected is not None and tuple(data.shape[1:]) != expected:
+        return f"each has shape {tuple(data.shape[1:])}, the space {expected}"
+    if isinstance(space, gym.spaces.Discrete):
+        if data.dtype.kind not in "iub":
+            return f"they are {data.dtype} values, a Discrete space holds integers"
+        low = 0 if actions else int(space.start)
+        high = low + int(space.n)
+        bad = (data < low) | (data >= high)
+        if bad.any():
+            seen = ", ".join(str(v) for v in np.unique(data[bad])[:5])
+            return f"{int(bad.sum())} of {data.size} lie outside [{low}, {high}) (e.g. {seen})"
+    elif isinstance(space, gym.spaces.Box) and space.dtype is not None:
+        integers_for_reals = actions and data.dtype.kind != "f" and space.dtype.kind == "f"
+        if data.dtype.kind not in "fiub" or integers_for_reals:
+            return f"they are {data.dtype} values, the space holds {space.dtype}"
+    return None
+
+
+def _warn_clipped(episodes: Sequence[dict[str, Tree]], space: gym.Space[Any], env_id: str) -> None:
+    """Warn when clipping to ``space``'s bounds changes actions of the buffer (a policy's
+    own sample past the bounds, such as a Gaussian's: the env applied the clipped one)."""
+    if not isinstance(space, gym.spaces.Box):
+        return
+    act = np.concatenate([ep["actions"] for ep in episodes]).reshape(-1, *space.shape)
+    outside = ((act < space.low) | (act > space.high)).reshape(len(act), -1).any(axis=1)
+    if outside.any():
+        seen = act[outside]
+        warnings.warn(
+            f"{int(outside.sum())} of {len(act)} actions of the buffer lie outside the action "
+            f"space {space} of env_id={env_id!r} (they range over [{float(seen.min()):.3g}, "
+            f"{float(seen.max()):.3g}]): the dataset holds them clipped to the bounds, as "
+            "the env applied them; if the buffer was recorded on another env, pass its env_id",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _returns_metadata(rewards: Sequence[np.ndarray]) -> dict[str, float | int]:

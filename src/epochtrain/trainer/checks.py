@@ -16,14 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epochtrain.algorithms.base import Policy
+from epochtrain.algorithms.priorities import TDPriorities
 from epochtrain.checkpoint_save import find_checkpoints
 from epochtrain.data.collector import Collector
+from epochtrain.data.prioritized import PrioritizedReplayBuffer
 from epochtrain.errors import CheckpointError
 from epochtrain.logger import BaseLogger
 from epochtrain.trainer.hooks import TrainerHook, check_callbacks
 from epochtrain.trainer.params import OnlineParams, OnpolicyParams, TrainerParams
 
 if TYPE_CHECKING:
+    from epochtrain.data.buffer import ReplayBuffer
     from epochtrain.trainer.base import BaseTrainer
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "check_hooks",
     "check_logger_free",
     "check_objects",
+    "check_priority_updates",
     "check_reset",
     "epoch_length_note",
     "minibatch_size_note",
@@ -322,3 +326,27 @@ def check_reset(trainer: BaseTrainer[Any], logger: BaseLogger | None) -> None:
             "out. Build a new trainer with another checkpoint_dir for the new run "
             "(make_trainer(..., checkpoint_dir=...)), or move those checkpoints away first"
         )
+
+
+def check_priority_updates(
+    policy: Policy[Any], buffer: ReplayBuffer | None, param: str = "train_collector.buffer"
+) -> None:
+    """Refuse a prioritized buffer whose priorities ``policy`` would never update: each new
+    transition gets the maximum priority, so without updates every sample is uniform and
+    the importance weights are all 1, silently. A policy updates them through the
+    :class:`TDPriorities` mixin or an override of ``Policy.post_learn`` (the trainer hands
+    it every sampled minibatch and the buffer after ``learn``); ``param`` names where the
+    user gave the buffer."""
+    if not isinstance(buffer, PrioritizedReplayBuffer) or isinstance(policy, TDPriorities):
+        return
+    if type(policy).post_learn is not Policy.post_learn:
+        return
+    name = type(policy).__name__
+    raise ValueError(
+        f"{param} is a {type(buffer).__name__}, but {name} never updates its "
+        f"priorities (it neither mixes in epochtrain.algorithms.TDPriorities nor overrides "
+        f"post_learn), so every minibatch would be sampled uniformly: use a uniform "
+        f"ReplayBuffer({buffer.capacity}, {buffer.num_envs}), or make {name} update them "
+        f"(class {name}(TDPriorities, ...) with record_td(q, target) in learn, or a "
+        f"post_learn that calls buffer.update_priorities)"
+    )

@@ -23,6 +23,7 @@ from epochtrain.data.collector import Collector
 from epochtrain.dataset import dataset_fingerprint
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
+from epochtrain.trainer.checks import check_priority_updates
 from epochtrain.trainer.hooks import call_callback
 from epochtrain.trainer.params import OfflineParams, TrainerParams
 
@@ -36,10 +37,11 @@ def check_dataset_values(policy: Policy[Any], buffer: ReplayBuffer) -> None:
     ``obs`` and ``act``, not ``rew`` nor ``obs_next``) gets a warning instead: the run is
     sound, but the dataset is not. One vectorised pass per field
     (:meth:`ReplayBuffer.nonfinite_fields`), once, when the trainer is built."""
+    name = "the dataset (buffer=)" if buffer.source is None else f"the dataset {buffer.source!r}"
+    _refuse_complex(buffer, name)
     found = buffer.nonfinite_fields()
     if not found:
         return
-    name = "the dataset (buffer=)" if buffer.source is None else f"the dataset {buffer.source!r}"
     algo = type(policy).__name__
     # BC fits actions to observations: it reads no reward, no next observation, no flag
     read = [f for f in found if not isinstance(policy, BC) or f.split(".")[0] in ("obs", "act")]
@@ -60,6 +62,24 @@ def check_dataset_values(policy: Policy[Any], buffer: ReplayBuffer) -> None:
     )
 
 
+def _refuse_complex(buffer: ReplayBuffer, name: str) -> None:
+    """Refuse complex numbers in any field: a loss of them fails (or, cast, drops the
+    imaginary part) deep inside torch, naming neither the dataset nor the field."""
+    first = buffer.get(torch.zeros(1, dtype=torch.long))
+    for field in ("obs", "act", "rew", "obs_next"):
+        value = getattr(first, field)
+        leaves = value.items() if isinstance(value, dict) else [("", value)]
+        for key, leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and leaf.is_complex():
+                label = f"{field}.{key}" if key else field
+                raise ValueError(
+                    f"{name}'s field {label!r} holds complex numbers ({leaf.dtype}): "
+                    "rewards, observations and actions must be real; store the real values "
+                    f"(ReplayBuffer.load, state_dict()['storage'][{field!r}].real, "
+                    "load_state_dict, save) or record the dataset again (`epochtrain collect`)"
+                )
+
+
 def _words(fields: Iterable[str], conjunction: str) -> str:
     return f" {conjunction} ".join(repr(f) for f in fields)
 
@@ -74,9 +94,10 @@ def _position(buffer: ReplayBuffer, flat_index: int) -> str:
 
 def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
     """The dataset's observations and actions must fit the policy's spaces: shapes (and
-    dict vs array observations) from one transition, then the actions of every valid
-    transition in one vectorised pass (Discrete: integers in range, refused; Box: outside
-    the bounds, a warning)."""
+    dict vs array observations) from one transition, then the observations (Discrete only:
+    ``obs`` and ``obs_next`` integers in range, refused) and the actions of every valid
+    transition in one vectorised pass each (Discrete: integers in range, refused; Box:
+    outside the bounds, a warning)."""
     first = buffer.get(torch.zeros(1, dtype=torch.long))
     obs_space, act_space = policy.observation_space, policy.action_space
     name = "the dataset" if buffer.source is None else f"the dataset {buffer.source!r}"
@@ -93,6 +114,8 @@ def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
                 f"{name}'s observations have shape {shape}, the policy's observation "
                 f"space is {obs_space}: use a dataset recorded on the policy's env"
             )
+    if isinstance(obs_space, gym.spaces.Discrete):
+        _check_discrete_obs(buffer, obs_space, name)
     if isinstance(act_space, gym.spaces.Discrete):
         expected: tuple[int, ...] = ()
     else:
@@ -124,6 +147,31 @@ def _check_discrete_actions(act: torch.Tensor, space: gym.spaces.Discrete, name:
         )
 
 
+def _check_discrete_obs(buffer: ReplayBuffer, space: gym.spaces.Discrete, name: str) -> None:
+    """Refuse observations (``obs``, ``obs_next``) that are not the env's values of
+    ``space`` (``start .. start+n-1``): the policy's one-hot encoding would fail on the
+    first minibatch that holds one, mid-run."""
+    rollout = buffer.rollout()
+    low, high = int(space.start), int(space.start) + int(space.n)
+    for field in ("obs", "obs_next"):
+        values = getattr(rollout, field)
+        bad = (values < low) | (values >= high)
+        if values.is_floating_point():
+            bad |= values != values.round()  # a fraction, a nan or an inf
+        if rollout.valid is not None:
+            bad &= rollout.valid
+        where = bad.reshape(-1).nonzero()
+        if len(where):
+            seen = ", ".join(f"{v:.4g}" for v in torch.unique(values[bad])[:5].tolist())
+            raise ValueError(
+                f"{name} holds {len(where)} {field} values that are not integers in "
+                f"[{low}, {high}) (e.g. {seen}; first at transition "
+                f"{_position(buffer, int(where[0, 0]))}), the policy's observation space is "
+                f"{space}: use a dataset recorded on the policy's env, or drop those "
+                "transitions and save the buffer again"
+            )
+
+
 def _warn_box_actions(act: torch.Tensor, space: gym.spaces.Box, name: str) -> None:
     low = torch.as_tensor(space.low, dtype=act.dtype if act.is_floating_point() else None)
     high = torch.as_tensor(space.high, dtype=low.dtype)
@@ -146,7 +194,9 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
 
     The dataset is an input, not part of the run's state: checkpoints do not hold it, so
     resume with the same ``buffer`` (its content: a checkpoint records its fingerprint,
-    and a resume onto other data is refused; the file may have moved).
+    and a resume onto other data is refused; the file may have moved). A
+    :class:`~epochtrain.data.PrioritizedReplayBuffer` dataset needs a policy that updates
+    its priorities (CQL, TD3+BC; not BC), as for the off-policy trainer.
     """
 
     kind: ClassVar[TrainerKind] = "offline"
@@ -169,6 +219,7 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
             raise ValueError(
                 "buffer is empty: fill it (e.g. ReplayBuffer.load(path)) before offline training"
             )
+        check_priority_updates(self.policy, buffer, param="buffer")
         self.buffer = buffer
         self._dataset_sha256: tuple[ReplayBuffer, str] | None = None  # at the first save/load
 

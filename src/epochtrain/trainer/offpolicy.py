@@ -18,14 +18,13 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from epochtrain.algorithms.base import Policy, TrainerKind
-from epochtrain.algorithms.priorities import TDPriorities
+from epochtrain.algorithms.base import TrainerKind
 from epochtrain.data.buffer import ReplayBuffer
 from epochtrain.data.collector import Collector
-from epochtrain.data.prioritized import PrioritizedReplayBuffer
 from epochtrain.errors import EnvError, NonFiniteError
 from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer import async_collection as ac
+from epochtrain.trainer.checks import check_priority_updates
 from epochtrain.trainer.online import OnlineTrainer
 from epochtrain.trainer.params import OffpolicyParams, TrainerParams
 from epochtrain.trainer.safety import on_nonfinite
@@ -53,7 +52,7 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
 
     def _attach(self, train_collector: Collector | None, buffer: ReplayBuffer | None) -> None:
         super()._attach(train_collector, buffer)
-        _check_priority_updates(self.policy, self.train_collector.buffer)
+        check_priority_updates(self.policy, self.train_collector.buffer)
         self.async_collection: ac.AsyncCollection | None = None
         """The asynchronous-collection machinery (None unless ``async_collection``)."""
         if self.params.async_collection:
@@ -162,24 +161,3 @@ class OffpolicyTrainer(OnlineTrainer[TTrainingStats]):
         self.update_credit = float(state.get("update_credit", 0.0))
         if self.async_collection is not None:
             ac.load_async_state(self, state)
-
-
-def _check_priority_updates(policy: Policy[Any], buffer: ReplayBuffer | None) -> None:
-    """Refuse a prioritized buffer whose priorities ``policy`` would never update: each new
-    transition gets the maximum priority, so without updates every sample is uniform and
-    the importance weights are all 1, silently. A policy updates them through the
-    :class:`TDPriorities` mixin or an override of ``Policy.post_learn`` (the trainer hands
-    it every sampled minibatch and the buffer after ``learn``)."""
-    if not isinstance(buffer, PrioritizedReplayBuffer) or isinstance(policy, TDPriorities):
-        return
-    if type(policy).post_learn is not Policy.post_learn:
-        return
-    name = type(policy).__name__
-    raise ValueError(
-        f"train_collector.buffer is a {type(buffer).__name__}, but {name} never updates its "
-        f"priorities (it neither mixes in epochtrain.algorithms.TDPriorities nor overrides "
-        f"post_learn), so every minibatch would be sampled uniformly: use a uniform "
-        f"ReplayBuffer({buffer.capacity}, {buffer.num_envs}), or make {name} update them "
-        f"(class {name}(TDPriorities, ...) with record_td(q, target) in learn, or a "
-        f"post_learn that calls buffer.update_priorities)"
-    )

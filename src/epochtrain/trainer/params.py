@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from epochtrain.config import Config, param
+from epochtrain.config_ignored import IgnoredSetting
 
 if TYPE_CHECKING:
     from epochtrain.trainer.base import BaseTrainer
@@ -144,6 +145,15 @@ class OfflineParams(TrainerParams):
     """Gradient steps per epoch."""
     batch_size: int = param(256, ge=1)
     """Transitions per sampled minibatch."""
+
+    def ignored_settings(self) -> list[IgnoredSetting]:
+        """``test_in_train``: an offline trainer runs no training episodes whose returns
+        could call for an early test (refused in code, a warning in a saved spec)."""
+        return super().ignored_settings() + self.ignored_if_set(
+            "test_in_train",
+            "an offline trainer runs no training episodes whose returns could call for a test",
+            "drop test_in_train",
+        )
 
 
 SAFE_TO_CHANGE = frozenset(
