@@ -25,10 +25,12 @@ from epochtrain.cli import USAGE_ERRORS, command_words
 __all__ = ["add_collect_parser", "add_eval_parser", "run_collect", "run_eval"]
 
 
-def _algos() -> list[str]:
+def _online_algos() -> list[str]:
+    """The algorithms ``collect --algo`` can train first: those that collect their own data
+    (by the registry's kinds; an offline one needs a dataset to learn from)."""
     from epochtrain.registry import ALGORITHMS
 
-    return sorted(ALGORITHMS)
+    return sorted(name for name, entry in ALGORITHMS.items() if entry.kind != "offline")
 
 
 def add_eval_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -92,7 +94,12 @@ def add_collect_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         collect.add_argument(option, default=None, help=f"with --format minari: {text}")
     source = collect.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", help="record the policy of this checkpoint (or dir)")
-    source.add_argument("--algo", choices=_algos(), help="train this algorithm first, then record")
+    source.add_argument(
+        "--algo",
+        choices=_online_algos(),
+        help="train this algorithm first, then record (an online one: an offline algorithm "
+        "needs a dataset to learn from)",
+    )
     source.add_argument("--random", action="store_true", help="record uniform random actions")
     collect.add_argument(
         "--train-steps",

@@ -3,7 +3,8 @@
 ``epochtrain train --algo ppo --env CartPole-v1 ...`` resolves its
 :class:`~epochtrain.spec.RunSpec` (the ``--config`` file or the checkpoint's spec of
 ``--resume``, then the flags and ``--set``), makes the run directory
-``<logdir>/<env>_<algo>_seed<seed>_<time>`` (its ``spec.toml``, logs and ``checkpoints/``),
+``<logdir>/<env>_<algo>_seed<seed>_<time>`` (its ``spec.toml``, which names a dataset file
+by its absolute path, logs and ``checkpoints/``),
 refuses in the command line's words what would fail later (a missing ``--dataset``, another
 run's checkpoints, settings a resumed run may not change, a device this machine lacks)
 before any folder is made, opens with a line naming the run and its run directory, trains
@@ -101,7 +102,8 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         spec if base is None else spec.with_overrides({"resume_from": str(ckpt)}), dataset=False
     )
     if spec.entry.kind == "offline":
-        _check_dataset(spec)
+        _check_dataset(spec, _dataset_source(args, spec))
+        spec = _with_absolute_dataset(spec)
     if args.logdir:
         check_writable_dir(args.logdir, "--logdir")
     if spec.trainer.checkpoint_dir:
@@ -191,9 +193,24 @@ def _as_new_run(args: argparse.Namespace, spec: Any) -> Any:
     return spec.with_overrides(changes) if changes else spec
 
 
-def _check_dataset(spec: Any) -> None:
+def _dataset_source(args: argparse.Namespace, spec: Any) -> str | None:
+    """Where the dataset of ``spec`` came from when this command line did not give it:
+    ``"--resume PATH"`` (the checkpoint's run) or ``"--config FILE"``, else None."""
+    if "dataset" in options_given(args, spec):
+        return None
+    if args.resume is not None:
+        return f"--resume {args.resume}"
+    if args.config is not None:
+        return f"--config {args.config}"
+    return None
+
+
+def _check_dataset(spec: Any, source: str | None) -> None:
     """``ValueError`` in the command line's words when the offline ``spec`` has no
-    ``--dataset`` or names a file that is not there (before anything is built)."""
+    ``--dataset`` or names a file that is not there (before anything is built). A file
+    named by ``source`` (the run of ``--resume``, or a ``--config`` file), not by this
+    command line, is the run's: the error names it and asks where it is now, not for a new
+    recording (a relative path is read from the working directory, which may be another)."""
     dataset = spec.dataset
     record = f"epochtrain collect --env {spec.env_id} --random --steps 10000 --out FILE"
     if dataset is None:
@@ -201,12 +218,32 @@ def _check_dataset(spec: Any) -> None:
             f"--algo {spec.algo} learns from a dataset: give --dataset FILE (record one with "
             f"`{record}`) or --dataset minari:<dataset id>"
         )
-    if not dataset.startswith("minari:") and not Path(dataset).is_file():
-        what = "is a directory" if Path(dataset).is_dir() else "does not exist"
+    if dataset.startswith("minari:") or Path(dataset).is_file():
+        return
+    what = "is a directory" if Path(dataset).is_dir() else "does not exist"
+    if source is None:
         raise ValueError(
             f"--dataset {dataset} {what}: give a file recorded by `{record}` (or a buffer "
             "file of ReplayBuffer.save), or --dataset minari:<dataset id>"
         )
+    where = ""
+    if not Path(dataset).is_absolute():
+        where = f" (a relative path, read from this working directory: {Path(dataset).absolute()})"
+    whose = "the run was trained on" if source.startswith("--resume") else "the spec names"
+    raise ValueError(
+        f"{source}: {whose} the dataset {dataset}, which {what}{where}: pass "
+        "--dataset PATH to name where that file is now"
+    )
+
+
+def _with_absolute_dataset(spec: Any) -> Any:
+    """``spec`` with its dataset file (checked: it is there) named by an absolute path, so
+    that its ``spec.toml`` and checkpoints name the file from any working directory (a
+    ``minari:<dataset id>`` is an id in Minari's own folder: kept)."""
+    dataset = spec.dataset
+    if dataset is None or dataset.startswith("minari:") or Path(dataset).is_absolute():
+        return spec
+    return spec.with_overrides({"dataset": str(Path(dataset).absolute())})
 
 
 def _refuse_another_runs_checkpoints(args: argparse.Namespace, spec: Any) -> None:

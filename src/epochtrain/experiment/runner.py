@@ -33,7 +33,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from epochtrain.experiment.memory import check_lockstep_memory
 from epochtrain.experiment.prepare import check_writable, prepare_runs
@@ -56,6 +56,9 @@ from epochtrain.experiment.runs import (
 )
 from epochtrain.spec import RunSpec
 from epochtrain.spec_names import algorithm, check_env_id
+
+if TYPE_CHECKING:
+    from epochtrain.algorithms import Policy
 
 __all__ = ["BACKENDS", "Backend", "grid", "run_experiment"]
 
@@ -204,11 +207,13 @@ def run_experiment(
 
 def _check_specs(specs: Sequence[RunSpec]) -> None:
     """Refuse, before any run starts or any file is written, a spec that only its run would
-    find unbuildable (DQN on Box actions, an offline algorithm without its dataset): one
-    check per algorithm, env and settings (seeds build alike)."""
+    find unbuildable (DQN on Box actions, an offline algorithm without its dataset, or with
+    a dataset recorded on another env): one check per algorithm, env and settings (seeds
+    build alike)."""
     from epochtrain.factory import check_spec
 
     seen: set[str] = set()
+    offline: list[RunSpec] = []
     for spec in specs:
         key = spec.with_overrides({"seed": 0}).to_json()
         if key not in seen:
@@ -217,6 +222,56 @@ def _check_specs(specs: Sequence[RunSpec]) -> None:
                 check_spec(spec)
             except ValueError as exc:
                 raise ValueError(f"run {spec.run_id}: {exc}") from exc
+            if spec.entry.kind == "offline":
+                offline.append(spec)
+    _check_dataset_spaces(offline)
+
+
+def _check_dataset_spaces(specs: Sequence[RunSpec]) -> None:
+    """Refuse an offline run whose dataset does not fit its env's spaces (observations or
+    actions of another shape, Discrete values out of range): the check its trainer makes
+    when it is built (:func:`~epochtrain.trainer.offline.check_dataset_spaces`), made here
+    for every run before any starts, not by that run after the others have trained. Each
+    dataset is read once, on the CPU, and let go before the next."""
+    from epochtrain.data import ReplayBuffer
+    from epochtrain.trainer.offline import check_dataset_spaces
+
+    by_dataset: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        if spec.dataset is not None:  # check_spec has refused a run without one
+            by_dataset.setdefault(spec.dataset, []).append(spec)
+    for dataset, runs in by_dataset.items():
+        if dataset.startswith("minari:"):
+            buffer = ReplayBuffer.from_minari(dataset.removeprefix("minari:"))
+        else:
+            buffer = ReplayBuffer.load(dataset)
+        for spec in runs:
+            try:
+                check_dataset_spaces(_policy_on_its_env(spec), buffer)
+            except ValueError as exc:
+                raise ValueError(f"run {spec.run_id}: {exc}") from exc
+        del buffer
+
+
+def _policy_on_its_env(spec: RunSpec) -> Policy[Any]:
+    """The policy of ``spec`` on its env's spaces, on the CPU (only its spaces are read),
+    built without touching the global random state."""
+    import torch
+
+    from epochtrain.config_ignored import keeping_ignored
+    from epochtrain.envs import make_envs
+
+    envs = make_envs(spec.env_id, 1)
+    try:
+        with torch.random.fork_rng(), keeping_ignored():  # check_spec has judged the config
+            return spec.entry.policy_cls(
+                envs.single_observation_space,
+                envs.single_action_space,
+                spec.config,
+                device="cpu",
+            )
+    finally:
+        envs.close()
 
 
 DEFAULT_MAX_FAILURES = 3

@@ -111,7 +111,7 @@ def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
         shape = tuple(first.obs.shape[1:])
         if shape != tuple(obs_space.shape):
             raise ValueError(
-                f"{name}'s observations have shape {shape}, the policy's observation "
+                f"the observations of {name} have shape {shape}, the policy's observation "
                 f"space is {obs_space}: use a dataset recorded on the policy's env"
             )
     if isinstance(obs_space, gym.spaces.Discrete):
@@ -123,7 +123,7 @@ def check_dataset_spaces(policy: Policy[Any], buffer: ReplayBuffer) -> None:
     shape = tuple(first.act.shape[1:])
     if shape != expected:
         raise ValueError(
-            f"{name}'s actions have shape {shape}, the policy's action space is "
+            f"the actions of {name} have shape {shape}, the policy's action space is "
             f"{act_space}: use a dataset recorded on the policy's env"
         )
     if isinstance(act_space, gym.spaces.Discrete):
