@@ -33,6 +33,20 @@ def test_readme_python_blocks_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert "gradient steps, best test return" in out
 
 
+def test_the_block_that_builds_the_pieces_by_hand_repeats_in_one_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its policy's initial weights come from the global torch generator, which the
+    trainer's seed does not cover: run twice in one process it must print the same."""
+    (block,) = [b for b in python_blocks() if "OffpolicyTrainer(" in b]
+    block = block.replace("max_epoch=2, step_per_epoch=2_000", "max_epoch=1, step_per_epoch=600")
+    outputs = []
+    for _ in range(2):
+        exec(compile(block, str(README), "exec"), {})
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] and outputs[0] == outputs[1]
+
+
 def test_the_docs_name_the_video_files_as_the_video_recorder_writes_them() -> None:
     """hooks.md said ``epoch_<epoch>.mp4``; the files are ``epoch_0002.mp4``."""
     import inspect

@@ -48,6 +48,24 @@ def test_a_resumed_run_shows_its_true_position(
     assert "| 0/4 " not in err and "| 1/4 " not in err
 
 
+@pytest.mark.parametrize("how", ["close", "with"])
+def test_a_run_stopped_early_closes_its_bars_when_the_trainer_closes(
+    how: str, terminal: None
+) -> None:
+    trainer = build("off", max_epoch=5, show_progress=True)
+    if how == "close":
+        next(trainer)
+        run_bar, epoch_bar = trainer._progress.run_bar, trainer._progress.epoch_bar
+        trainer.close()
+    else:
+        with trainer:
+            next(trainer)
+            run_bar, epoch_bar = trainer._progress.run_bar, trainer._progress.epoch_bar
+    assert run_bar is not None and epoch_bar is not None
+    assert run_bar.disable and epoch_bar.disable  # tqdm's mark of a closed bar
+    assert trainer._progress.run_bar is None and trainer._progress.epoch_bar is None
+
+
 def test_no_bar_is_opened_without_show_progress() -> None:
     trainer = build("off", max_epoch=2, show_progress=False)
     next(trainer)

@@ -347,6 +347,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         ends. The closed logger stays this trainer's: another trainer given it is refused
         (a new logger on the same path, with ``resume_from``, continues the run)."""
         self._closed = True
+        self._progress.close()  # a run stopped early: its bars end here, not at exit
         try:
             close_envs(self)
         finally:

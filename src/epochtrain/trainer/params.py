@@ -64,7 +64,9 @@ class TrainerParams(Config):
     test_before_train: bool = False
     """Run a test step before the first epoch."""
     seed: int = param(0, ge=0, le=2**32 - 1)
-    """Seed of the run's random streams (python, numpy, torch) and of the envs."""
+    """Seed of the run's random streams (python, numpy, torch) and of the envs, from the
+    trainer's construction on: a policy built by hand drew its initial weights before, from
+    the global torch generator (call ``torch.manual_seed`` first; ``make_trainer`` does)."""
     show_progress: bool = True
     """Show the run and epoch progress bars (in a terminal or notebook only, not when stderr
     is redirected to a file)."""
