@@ -15,6 +15,7 @@ from gymnasium.vector import AutoresetMode
 
 from epochtrain.data import Collector, ReplayBuffer
 from epochtrain.envs import EnvPoolVectorEnv, make_envs
+from epochtrain.errors import EnvError
 from epochtrain.extras import MissingExtraError
 from tests.trainer.tiny import TinyPolicy
 
@@ -198,3 +199,23 @@ def test_envpool_builds_and_resets_without_warnings() -> None:
         envs.reset(seed=3)
         envs.step(np.zeros(2, dtype=np.int64))
         envs.close()
+
+
+def test_closed_async_envs_kept_referenced_hold_few_file_descriptors() -> None:
+    """A sweep keeps its closed trainers (their results): each closed env set held the
+    descriptors of its ended processes until it was garbage-collected."""
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    kept = []
+    before = open_fds()
+    for _ in range(5):
+        envs = make_envs("CartPole-v1", 2, backend="async")
+        envs.reset(seed=0)
+        envs.close()
+        kept.append(envs)
+    assert (open_fds() - before) / len(kept) <= 3  # the error queue's pipe, at most
+    collector = Collector(TinyPolicy(kept[0]), kept[0])
+    with pytest.raises(EnvError):  # closed envs: an error naming them, not a closed Process's
+        collector.collect(n_step=2)

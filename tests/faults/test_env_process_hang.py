@@ -5,17 +5,21 @@ named, and the trainer refuses to go on with envs or a worker thread it had to g
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import gc
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
@@ -48,11 +52,14 @@ def interruptible(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 class _Watchdog:
     """Frees a test stuck on a hung env: :data:`WATCHDOG` seconds after the env hung (it
-    wrote ``hung_file``), kills ``envs``' processes. ``hung_at``: when it saw the hang."""
+    wrote ``hung_file``), kills ``envs``' processes. ``hung_at``: when it saw the hang;
+    ``stacks``: every thread's stack just before it freed the test (where the run waited,
+    for the failure message), or ``""``."""
 
     def __init__(self, hung_file: Path, envs: gym.vector.AsyncVectorEnv) -> None:
         self.hung_file, self.envs = hung_file, envs
         self.hung_at: float | None = None
+        self.stacks = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -64,6 +71,10 @@ class _Watchdog:
         self.hung_at = time.monotonic()
         if self._stop.wait(WATCHDOG):
             return
+        with tempfile.TemporaryFile("w+") as file:
+            faulthandler.dump_traceback(file, all_threads=True)
+            file.seek(0)
+            self.stacks = file.read()
         for process in self.envs.processes:
             if process.pid is not None and process.exitcode is None:
                 os.kill(process.pid, signal.SIGKILL)
@@ -101,7 +112,9 @@ def test_ctrl_c_with_a_hung_env_process_ends_the_run_and_its_env_processes(
         watchdog.cancel()
     assert watchdog.hung_at is not None
     elapsed = ended - watchdog.hung_at
-    assert elapsed < WATCHDOG * 0.9, f"the run waited {elapsed:.1f} s for its hung env"
+    assert elapsed < WATCHDOG * 0.9, (
+        f"the run waited {elapsed:.1f} s for its hung env; its threads then:\n{watchdog.stacks}"
+    )
     notes = getattr(info.value, "__notes__", [])
     assert LAST_CHECKPOINT_NOTE + str(tmp_path / "ck" / "epoch_000002") in notes, notes
     assert any("cut short" in n or "given up" in n for n in notes), notes
@@ -170,3 +183,73 @@ def test_next_with_the_collect_thread_still_hung_in_an_in_process_env_raises() -
         release.set()
         trainer.close()
     assert "resume" in str(info.value) and "step()" in str(info.value)
+
+
+class _CtrlCToItsOwnThreadEnv(ThreadHangingEnv):
+    """:class:`ThreadHangingEnv` whose Ctrl-C reaches the collect thread itself, as the
+    kernel may deliver a process's SIGINT to any thread (the main thread may be about to
+    block, or already have one pending): Python runs the handler in the main thread only,
+    at its next chance."""
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.armed.is_set() and threading.current_thread() is not threading.main_thread():
+            self.armed.clear()
+            _wait_until_the_main_thread_waits_in_join()
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            self.release.wait()
+            raise RuntimeError("released after the test")
+        return super().step(action)
+
+
+def _wait_until_the_main_thread_waits_in_join() -> None:
+    """Return once the main thread sleeps in ``AsyncCollection.join`` (or after 10 s)."""
+    main = threading.main_thread().ident
+    assert main is not None
+    stat = Path(f"/proc/self/task/{_main_native_id()}/stat")
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        if "join" in names and stat.read_text().rpartition(")")[2].split()[0] == "S":
+            return
+        time.sleep(0.001)  # polled: another thread's progress
+
+
+def _main_native_id() -> int:
+    native = threading.main_thread().native_id
+    assert native is not None
+    return native
+
+
+def test_a_ctrl_c_the_collect_thread_received_stops_the_main_threads_wait_for_it() -> None:
+    # the main thread waits for the hung collect step (join): a wait without a timeout never
+    # returned to run the handler, until the env was freed (12.2 s in 1 of 10 runs under
+    # load of the test above: the watchdog's kill)
+    armed, release = threading.Event(), threading.Event()
+    fns = [functools.partial(_CtrlCToItsOwnThreadEnv, armed, release) for _ in range(2)]
+    envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    trainer = dqn_trainer(envs, async_collection=True, update_per_step=0.1)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    watchdog = threading.Timer(WATCHDOG, release.set)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ac, "_GRACE_SECONDS", GRACE)
+            next(trainer)
+            armed.set()  # epoch 2's first collect in the worker thread hangs
+            watchdog.start()
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                next(trainer)
+            elapsed = time.monotonic() - started
+            freed = release.is_set()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        watchdog.cancel()
+        release.set()
+        trainer.close()
+    assert not freed, f"the Ctrl-C was acted on only when the env was freed ({elapsed:.1f} s)"
+    assert elapsed < GRACE + 3.0
+    assert trainer.state.epoch == 1

@@ -24,7 +24,9 @@ worker process found dead, at a step or when a collect step starts, is named wit
 and signal. A call to an ``AsyncVectorEnv`` cut short by Ctrl-C or SIGTERM (or given up by
 the thread that made it: :meth:`Collector.give_up`) may never be answered (a hung env):
 the env then takes no further call (``EnvError``), and closing it ends its processes at
-once instead of waiting for that reply.
+once instead of waiting for that reply; unless the env settled the call itself (its
+``owes_replies`` is False: :func:`~epochtrain.envs.make_envs`' ``"async"`` envs wait a few
+seconds for the replies and discard them), when it stays usable.
 
 A policy built for other spaces than the envs' is refused when the collector is built
 (:func:`~epochtrain.data.spaces.check_policy_spaces`, re-exported here).
@@ -490,7 +492,10 @@ class Collector:
 
     def _cut_short(self, call: str) -> None:
         """An env call raised Ctrl-C or SIGTERM (a ``BaseException``): worker processes
-        may still owe its replies (:meth:`give_up`)."""
+        may still owe its replies (:meth:`give_up`), unless the env says it owes none
+        (``owes_replies``: ``make_envs(..., backend="async")``'s envs settle the call)."""
+        if not getattr(self.env.unwrapped, "owes_replies", True):
+            return  # the replies came within the env's grace: it takes new calls
         self.give_up(
             f"a {call}() of theirs was cut short by Ctrl-C or SIGTERM, so their processes "
             "may still owe its replies (an env that hangs never sends them)"

@@ -287,7 +287,11 @@ class AsyncCollection:
         waiting gives it what is left of the grace period (:meth:`wait_grace`), then is
         raised."""
         try:
-            self._done.wait()
+            # in slices: Python runs signal handlers in this thread only, and a SIGINT the
+            # kernel gave another thread (the collect thread) or that came just before this
+            # one blocked did not wake it: the Ctrl-C waited for the collect step to end
+            while not self._done.wait(0.1):
+                pass
         except KeyboardInterrupt:
             # the trainer rolls its envs back next: let the collect in flight finish first
             self.wait_grace()
