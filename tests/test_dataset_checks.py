@@ -63,7 +63,7 @@ def test_box_actions_outside_the_bounds_are_warned_about_with_count_and_range() 
     act = np.array([[0.5], [-3.0], [2.0], [5.0]], np.float32)  # Pendulum: [-2, 2]
     with pytest.warns(UserWarning, match=r"2 of 4 actions outside .* \[-3, 5\]") as record:
         make_trainer("bc", "Pendulum-v1", seed=0, buffer=dataset(act, 3), **TINY)
-    assert len(record) == 1
+    assert len([w for w in record if "outside" in str(w.message)]) == 1
 
 
 def test_box_actions_within_the_bounds_give_no_warning(recwarn: pytest.WarningsRecorder) -> None:

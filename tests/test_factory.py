@@ -368,7 +368,12 @@ def test_a_buffer_passed_with_a_dataset_in_the_spec_warns_that_the_dataset_is_no
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer = make_trainer(
-            "bc", "CartPole-v1", buffer=buffer, dataset="data.buf", show_progress=False
+            "bc",
+            "CartPole-v1",
+            buffer=buffer,
+            dataset="data.buf",
+            show_progress=False,
+            batch_size=4,  # within the 5 transitions: no note on that
         )
     trainer.close()
     assert [str(w.message) for w in caught] == [

@@ -231,7 +231,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     add_spec_options(train)
     _state_command_defaults(train, quiet=True)
     train.add_argument(
-        "--logdir", default="runs", help="parent folder of run directories ('' disables)"
+        "--logdir",
+        default="runs",
+        help="parent folder of run directories (none or '' disables)",
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     train.add_argument(

@@ -33,6 +33,14 @@ if TYPE_CHECKING:
 __all__ = ["run_train"]
 
 
+def _logdir(args: argparse.Namespace) -> str | None:
+    """``--logdir``: the parent folder of the run directories, or None for no run
+    directory (``--logdir ''`` or ``--logdir none``, in any case, as ``--checkpoint-dir
+    none`` is no checkpoints; ``--logdir ./none`` is a folder named none)."""
+    logdir: str = args.logdir
+    return None if not logdir or logdir.lower() == "none" else logdir
+
+
 def _new_run_dir(logdir: Path, name: str) -> Path:
     """Create and return ``logdir/name``, or ``name-2``, ``name-3``, ... when it exists:
     runs started in the same second (a shell loop of ``&`` jobs over learning rates) each
@@ -104,8 +112,9 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
     if spec.entry.kind == "offline":
         _check_dataset(spec, _dataset_source(args, spec))
         spec = _with_absolute_dataset(spec)
-    if args.logdir:
-        check_writable_dir(args.logdir, "--logdir")
+    logdir = _logdir(args)
+    if logdir is not None:
+        check_writable_dir(logdir, "--logdir")
     if spec.trainer.checkpoint_dir:
         check_writable_dir(spec.trainer.checkpoint_dir, "--checkpoint-dir")
         if base is None:
@@ -120,20 +129,26 @@ def _prepare_train(args: argparse.Namespace) -> tuple[Any, Path | None]:
         # where the checkpoint is now, not the paths its spec saved: those may be relative
         # to another working directory, or name a run directory since moved
         ckpt_dir = ckpt.parent.resolve()
-        logdir = base.logging.logdir
-        if logdir is not None:
-            logdir = str(ckpt_dir.parent if ckpt_dir.name == RUN_CHECKPOINTS else Path(logdir))
-        run_dir = None if logdir is None else Path(logdir)
+        run_logdir = base.logging.logdir
+        if run_logdir is not None:
+            run_logdir = str(
+                ckpt_dir.parent if ckpt_dir.name == RUN_CHECKPOINTS else Path(run_logdir)
+            )
+        run_dir = None if run_logdir is None else Path(run_logdir)
         checkpoint_dir = spec.trainer.checkpoint_dir
         if checkpoint_dir is None:
             checkpoint_dir = str(ckpt_dir)
         spec = spec.with_overrides(
-            {"logging.logdir": logdir, "checkpoint_dir": checkpoint_dir, "resume_from": str(ckpt)}
+            {
+                "logging.logdir": run_logdir,
+                "checkpoint_dir": checkpoint_dir,
+                "resume_from": str(ckpt),
+            }
         )
-    elif args.logdir:
+    elif logdir is not None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name = f"{env_name(spec.env_id)}_{spec.algo}_seed{spec.seed}_{stamp}"
-        run_dir = _new_run_dir(Path(args.logdir), name)
+        run_dir = _new_run_dir(Path(logdir), name)
         changes: dict[str, Any] = {"logging.logdir": str(run_dir)}
         if spec.trainer.checkpoint_dir is None:
             changes["checkpoint_dir"] = str(run_dir / RUN_CHECKPOINTS)
@@ -171,12 +186,12 @@ def _as_new_run(args: argparse.Namespace, spec: Any) -> Any:
     its own: the places a ``--config`` file names for the run that wrote it (the
     ``spec.toml`` of a run directory: its ``logdir``, its ``checkpoint_dir`` there and the
     ``resume_from`` of a resumed run) are this run's instead, unless this command line sets
-    them; ``--logdir ''`` turns logging off whatever the file says."""
+    them; ``--logdir ''`` (or ``none``) turns logging off whatever the file says."""
     from epochtrain.checkpoint import RUN_CHECKPOINTS
     from epochtrain.spec import RunSpec
 
     changes: dict[str, Any] = {}
-    if not args.logdir:
+    if _logdir(args) is None:
         changes["logging.logdir"] = None
     if args.config is not None:
         with warnings.catch_warnings():  # resolve_spec has read it, with its warnings
@@ -381,7 +396,7 @@ def run_train(args: argparse.Namespace) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         spec.to_file(run_dir / "spec.toml")
     start = trainer.state.epoch  # the checkpoint's epoch on --resume, else 0
-    print(_first_line(spec, run_dir, start), flush=True)
+    print(_first_line(spec, run_dir, start, args.logdir), flush=True)
     with trainer:  # closes the envs (their processes with env_backend="async") and the logger
         info = trainer.run()
     last = trainer.last_test_stat
@@ -406,9 +421,10 @@ def _removing_a_new_logdir(args: argparse.Namespace) -> contextlib.AbstractConte
     as :func:`~epochtrain.data.writes.check_writable_dir` leaves nothing behind."""
     from epochtrain.data.writes import removing_new_folders
 
-    if args.resume is not None or not args.logdir:
+    logdir = _logdir(args)
+    if args.resume is not None or logdir is None:
         return contextlib.nullcontext()
-    return removing_new_folders(args.logdir)
+    return removing_new_folders(logdir)
 
 
 def _make_trainer(spec: Any, new_run_dir: Path | None) -> Any:
@@ -425,10 +441,11 @@ def _make_trainer(spec: Any, new_run_dir: Path | None) -> Any:
         raise
 
 
-def _first_line(spec: Any, run_dir: Path | None, start: int) -> str:
+def _first_line(spec: Any, run_dir: Path | None, start: int, logdir: str) -> str:
     """The line a run opens with, before its first epoch: what runs, and where its run
     directory is (for ``tensorboard --logdir`` while it runs): ``"ppo on CartPole-v1, seed
-    0: 10 epochs x 5,000 env steps; run directory runs/CartPole-v1_ppo_seed0_..."``."""
+    0: 10 epochs x 5,000 env steps; run directory runs/CartPole-v1_ppo_seed0_..."``, or
+    ``"...; no run directory (--logdir none)"`` in the words of ``logdir`` (``--logdir``)."""
     params = spec.trainer
     epochs = f"{params.max_epoch} epochs"
     per_epoch = f"{params.step_per_epoch:,} env steps"
@@ -443,7 +460,9 @@ def _first_line(spec: Any, run_dir: Path | None, start: int) -> str:
                 f"whole collect steps of {collect:,})"
             )
     resumed = f", resumed after epoch {start}" if start else ""
-    where = f"run directory {run_dir}" if run_dir is not None else "no run directory (--logdir '')"
+    where = f"run directory {run_dir}"
+    if run_dir is None:
+        where = f"no run directory (--logdir {logdir or repr('')})"
     return (
         f"{spec.algo} on {spec.env_id}, seed {spec.seed}: {epochs} x {per_epoch}{resumed}; {where}"
     )

@@ -353,6 +353,8 @@ def make_trainer(
                 train_buffer.num_envs,
                 setting=sized_by,
                 value=value,
+                # a full ring copies the rows each epoch overwrites, for a Ctrl-C roll-back
+                step_per_epoch=params.step_per_epoch if sized_by == "buffer_size" else None,
             )
             train_collector = Collector(policy, envs[1], train_buffer)
         trainer = entry.trainer_cls(

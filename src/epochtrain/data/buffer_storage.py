@@ -102,31 +102,52 @@ def check_memory(
     *,
     setting: str = "buffer_size",
     value: int | None = None,
+    step_per_epoch: int | None = None,
 ) -> None:
     """Raise ``ValueError`` naming ``setting`` (``buffer_size``, or what else sized the
     buffer, such as an on-policy rollout's ``step_per_collect``, then with its ``value``)
     if a buffer of ``rows`` x ``num_envs`` transitions like ``obs`` and ``act`` (a leading
     env axis) would take more than :data:`MEMORY_SHARE` of the memory available. Linux
     hands out zeroed pages lazily, so without this check a buffer too large is not
-    refused: the kernel kills the process, without a word, once the buffer fills up."""
+    refused: the kernel kills the process, without a word, once the buffer fills up.
+
+    ``step_per_epoch`` (env steps per epoch of a trainer whose buffer keeps its rows across
+    epochs: off-policy) adds the copies a full ring keeps while an epoch runs, of the rows
+    of older data the epoch overwrites, for a Ctrl-C roll-back
+    (:class:`~epochtrain.data.buffer_ring.SavedRows`): ``step_per_epoch`` transitions, at
+    most the whole ring. The copies' last block (at most 1 MiB) and a last collect step
+    that overshoots ``step_per_epoch`` are left to the memory not shared out. An on-policy
+    buffer, emptied after each update, copies nothing: leave it None."""
     per_row = transition_bytes(obs, act)
     transitions = rows * num_envs
-    needed = per_row * transitions
+    epoch_rows = 0 if step_per_epoch is None else -(-step_per_epoch // num_envs)
+    copied = min(rows, epoch_rows) * num_envs
+    needed = per_row * (transitions + copied)
     available = available_memory()
     if available is None or needed <= MEMORY_SHARE * available:
         return
     kind = "dict" if isinstance(obs, dict) else f"{np.asarray(obs).shape[1:]} {obs.dtype}"
-    fits = int(MEMORY_SHARE * available) // per_row // num_envs * num_envs
+    fit_rows = int(MEMORY_SHARE * available) // per_row // num_envs
+    # rows + min(rows, epoch_rows) <= fit_rows: the most rows whose copies fit too
+    fits = max(min(fit_rows // 2, epoch_rows), fit_rows - epoch_rows) * num_envs
     buffer = f"{transitions:,} transitions of {kind} observations"
     if value is None or setting == "buffer_size":
         sized, at_most = f"buffer_size={buffer}", fits
     else:  # the buffer's size follows from `setting`: the fix is to lower that
         sized = f"{setting}={value:,} makes a buffer of {buffer}, which"
         at_most = fits * value // transitions
+    what, fix = "obs and obs_next are stored", ""
+    if copied:
+        what = (
+            f"{size_text(per_row * transitions)} for the buffer, {what}, and "
+            f"{size_text(per_row * copied)} for the copies a full ring keeps of the rows each "
+            f"epoch of step_per_epoch={step_per_epoch:,} overwrites, for a Ctrl-C roll-back"
+        )
+        fix = " or step_per_epoch"
     raise ValueError(
-        f"{sized} need {size_text(needed)} (obs and obs_next are "
-        f"stored), more than {MEMORY_SHARE:.0%} of the {size_text(available)} of memory "
-        f"available: lower {setting} (at most {at_most:,} here)"
+        f"{sized} need {size_text(needed)} ({what}), more than {MEMORY_SHARE:.0%} of the "
+        f"{size_text(available)} of memory available: lower {setting} (at most {at_most:,} "
+        f"here){fix}"
     )
 
 
@@ -161,13 +182,17 @@ def check_spaces_memory(
     *,
     setting: str = "buffer_size",
     value: int | None = None,
+    step_per_epoch: int | None = None,
 ) -> None:
     """:func:`check_memory` for the observations and actions of one env's spaces, before
-    any transition exists (spaces a buffer cannot hold are left to the buffer to refuse)."""
+    any transition exists (spaces a buffer cannot hold are left to the buffer to refuse);
+    ``step_per_epoch`` counts a full ring's roll-back copies too (off-policy)."""
     obs = create_empty_array(observation_space, num_envs)
     act = create_empty_array(action_space, num_envs)
     if isinstance(obs, np.ndarray | dict) and isinstance(act, np.ndarray):
-        check_memory(obs, act, rows, num_envs, setting=setting, value=value)
+        check_memory(
+            obs, act, rows, num_envs, setting=setting, value=value, step_per_epoch=step_per_epoch
+        )
 
 
 def alloc_obs(example: ObsArray, rows: int, num_envs: int) -> Obs:

@@ -278,6 +278,11 @@ class RewardNormalizer(TrainerHook):
     the rollout is scaled there, before advantages are computed; off-policy the buffer
     keeps raw rewards and each sampled minibatch is scaled with the current statistics
     (``process_optim_batch``). Online trainers only.
+
+    ``returns`` holds each training env's discounted return so far in its current episode;
+    it is hook state, so a resume or a Ctrl-C roll-back whose envs continue their episodes
+    continues it. Envs that do not pickle restart their episodes then instead, and
+    :meth:`episodes_restarted` sets it to zero (the statistics are kept).
     """
 
     def __init__(
@@ -336,6 +341,12 @@ class RewardNormalizer(TrainerHook):
     def resume_settings(self) -> dict[str, Any]:
         """``gamma``, ``epsilon`` and ``clip``, compared on resume."""
         return constructor_settings(self)
+
+    def episodes_restarted(self) -> None:
+        """The training envs abandoned their episodes for new ones (a resume or a Ctrl-C
+        roll-back of envs that do not pickle, after this hook's state was restored; the
+        trainer calls it): their running returns start again from zero."""
+        self.returns = np.zeros_like(self.returns)
 
     def reset(self) -> None:
         """Forget the statistics."""

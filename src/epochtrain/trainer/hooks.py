@@ -137,6 +137,11 @@ class TrainerHook(ABC):
     def reset(self) -> None:  # noqa: B027  # optional: stateless hooks have nothing to reset
         """Forget the state of the current run (``trainer.reset()`` calls it)."""
 
+    def episodes_restarted(self) -> None:  # noqa: B027  # optional
+        """The training envs abandoned their episodes for new ones (a resume or a Ctrl-C
+        roll-back of envs that do not pickle, after the hook states were restored): forget
+        per-episode state (default: none; ``RewardNormalizer`` zeroes its running returns)."""
+
     def resume_settings(self) -> dict[str, Any]:
         """The settings of this hook that change what a run computes (JSON values).
 

@@ -27,7 +27,7 @@ from epochtrain.trainer.checks import check_priority_updates
 from epochtrain.trainer.hooks import call_callback
 from epochtrain.trainer.params import OfflineParams, TrainerParams
 
-__all__ = ["OfflineTrainer", "check_dataset_spaces", "check_dataset_values"]
+__all__ = ["OfflineTrainer", "check_dataset_spaces", "check_dataset_values", "dataset_batch_note"]
 
 
 def check_dataset_values(policy: Policy[Any], buffer: ReplayBuffer) -> None:
@@ -59,6 +59,25 @@ def check_dataset_values(policy: Policy[Any], buffer: ReplayBuffer) -> None:
         f"{name} holds NaN or inf in {where}: {algo} does not read {_words(found, 'or')}, "
         "so it learns as usual; an algorithm that does (CQL, TD3+BC) refuses this dataset",
         stacklevel=4,
+    )
+
+
+def dataset_batch_note(batch_size: int, buffer: ReplayBuffer) -> str | None:
+    """What to say when ``batch_size`` exceeds the dataset's valid transitions, else None:
+    minibatches are drawn with replacement, so each then holds every transition several
+    times, and a gradient step costs that many passes over the data for nothing more. A
+    warning, not an error, as the on-policy :func:`~epochtrain.trainer.checks.minibatch_size_note`:
+    the run is sound, and a sweep over datasets may cross the line in a few runs."""
+    n = buffer.n_valid
+    if batch_size <= n:
+        return None
+    name = "the dataset (buffer=)" if buffer.source is None else f"the dataset {buffer.source!r}"
+    times = f"{batch_size / n:.0f}" if batch_size >= 2 * n else f"{batch_size / n:.1f}"
+    return (
+        f"batch_size={batch_size:,} is larger than {name} of {n:,} transitions: each "
+        f"minibatch samples every transition about {times} times (with replacement), so a "
+        f"gradient step costs {times} times one on the whole dataset and learns nothing more. "
+        f"Lower batch_size to at most {n:,}"
     )
 
 
@@ -220,6 +239,9 @@ class OfflineTrainer(BaseTrainer[TTrainingStats]):
                 "buffer is empty: fill it (e.g. ReplayBuffer.load(path)) before offline training"
             )
         check_priority_updates(self.policy, buffer, param="buffer")
+        note = dataset_batch_note(self.params.batch_size, buffer)
+        if note is not None:  # at the line that builds the trainer (or calls make_trainer)
+            warnings.warn(note, UserWarning, stacklevel=3)
         self.buffer = buffer
         self._dataset_sha256: tuple[ReplayBuffer, str] | None = None  # at the first save/load
 

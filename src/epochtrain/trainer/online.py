@@ -26,7 +26,7 @@ from epochtrain.stats import CollectStats, TTrainingStats
 from epochtrain.trainer.base import BaseTrainer
 from epochtrain.trainer.hooks import call_callback
 from epochtrain.trainer.params import OnlineParams, TrainerParams
-from epochtrain.trainer.safety import on_nonfinite, with_run_context
+from epochtrain.trainer.safety import on_nonfinite, restore_collector, with_run_context
 
 __all__ = ["OnlineTrainer"]
 
@@ -201,14 +201,14 @@ class OnlineTrainer(BaseTrainer[TTrainingStats], ABC):
         """Restore :meth:`state_dict`'s output (the logger aside).
 
         Envs that could not be saved (``AsyncVectorEnv``) restart their episodes with a
-        reset seeded from the run's seed and env step, so the resumed run is deterministic.
+        reset seeded from the run's seed and env step, so the resumed run is deterministic,
+        and the hooks are told (:func:`~epochtrain.trainer.safety.restore_collector`).
         """
         super()._load_parts(state)
         buffer = self.train_collector.buffer
         assert buffer is not None
         buffer.load_state_dict(state["buffer"])
-        restart_seed = (self.params.seed * 1_000_003 + self.state.env_step) % 2**31
-        self.train_collector.load_state_dict(state["train_collector"], restart_seed=restart_seed)
+        restore_collector(self, self.train_collector, state["train_collector"])
 
     def _should_test_in_train(self, train_returns: np.ndarray) -> bool:
         return (

@@ -13,6 +13,9 @@
   at the end of its last complete epoch and ``save_checkpoint`` saves that. Envs that
   cannot restart their episodes then (a terminal's Ctrl-C stopped their worker processes
   too) are closed.
+* :func:`restore_collector` restores a collector's state for a resume or a roll-back;
+  envs that cannot be pickled restart their episodes, and the hooks that keep per-episode
+  state forget it (``episodes_restarted()``).
 * :func:`note_last_checkpoint` adds the last checkpoint's path to an interrupt or error
   that leaves the run (the CLI prints it).
 """
@@ -46,6 +49,7 @@ __all__ = [
     "last_checkpoint_text",
     "note_last_checkpoint",
     "on_nonfinite",
+    "restore_collector",
     "run_position",
     "with_run_context",
 ]
@@ -190,6 +194,25 @@ def _graph_tensor(value: object, path: str) -> str | None:
     return None
 
 
+def restore_collector(
+    trainer: BaseTrainer[Any], collector: Collector, state: dict[str, Any]
+) -> None:
+    """Restore ``collector`` (one of ``trainer``'s) from ``state`` (its ``state_dict``),
+    after the hooks' states were restored.
+
+    Envs saved without a snapshot (``include_env=True`` gave ``env=None``: they do not
+    pickle, as an ``AsyncVectorEnv``) cannot continue their episodes: they restart them
+    with a reset seeded from the run's seed and env step (deterministic), and then every
+    hook of ``trainer`` is told (``TrainerHook.episodes_restarted``), so that no partial
+    episode of the abandoned ones (e.g. a running discounted return) carries into the new.
+    """
+    restart_seed = (trainer.params.seed * 1_000_003 + trainer.state.env_step) % 2**31
+    collector.load_state_dict(state, restart_seed=restart_seed)
+    if "env" in state and state["env"] is None:  # no snapshot: the episodes restarted
+        for hook in trainer.hooks:
+            hook.episodes_restarted()
+
+
 @dataclass
 class EpochSnapshot:
     """A trainer's state at the start of an epoch, kept in memory (no copy of the buffer).
@@ -241,9 +264,8 @@ class EpochSnapshot:
             buffer.rewind(mark)
         trainer.logger.load_state_dict(self.logger)
         # last: envs that cannot restart their episodes leave the rest restored
-        restart_seed = (trainer.params.seed * 1_000_003 + trainer.state.env_step) % 2**31
         for collector, state in self.collectors:
-            collector.load_state_dict(state, restart_seed=restart_seed)
+            restore_collector(trainer, collector, state)
 
     def roll_back(self, trainer: BaseTrainer[Any], exc: KeyboardInterrupt) -> None:
         """Ctrl-C inside the epoch: end the collect thread, :meth:`restore` ``trainer``
