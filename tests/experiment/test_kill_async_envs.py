@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from epochtrain import envs as envs_module
+from epochtrain import envs_async
 from epochtrain.envs import make_envs
 from epochtrain.errors import Terminated
 from epochtrain.factory import make_trainer
@@ -48,7 +48,7 @@ class _CutShort:
 @pytest.fixture(autouse=True)
 def _short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """Wait 1 s (not 5) for the replies of a call an interrupt cut short."""
-    monkeypatch.setattr(envs_module, "_PENDING_CALL_WAIT", 1.0, raising=False)
+    monkeypatch.setattr(envs_async, "_PENDING_CALL_WAIT", 1.0)
 
 
 def test_an_interrupt_between_two_env_replies_stops_the_run_and_ends_its_env_processes() -> None:

@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from epochtrain import envs as envs_module
+from epochtrain import envs_async
 from epochtrain.envs import make_envs
 from epochtrain.errors import EnvError
 from tests.faults.envs import dqn_trainer
@@ -190,7 +190,7 @@ def test_ctrl_c_with_an_async_env_hung_gives_up_after_the_grace(
     interruptible: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     grace = 1.0
-    monkeypatch.setattr(envs_module, "_INTERRUPTED_CALL_GRACE", grace, raising=False)
+    monkeypatch.setattr(envs_async, "_INTERRUPTED_CALL_GRACE", grace)
     hung_file = tmp_path / "hung"
     train = signaling_envs(monkeypatch, f"step:30:hang:parent:{hung_file}")
     test = signaling_envs(monkeypatch, None)
@@ -218,16 +218,16 @@ def test_ctrl_c_with_an_async_env_hung_gives_up_after_the_grace(
 def test_a_second_ctrl_c_during_the_grace_ends_it_at_once(
     interruptible: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(envs_module, "_INTERRUPTED_CALL_GRACE", 60.0, raising=False)
+    monkeypatch.setattr(envs_async, "_INTERRUPTED_CALL_GRACE", 60.0)
     settling = threading.Event()
-    settle = getattr(envs_module._AsyncVectorEnv, "_settle", None)
+    settle = getattr(envs_async._AsyncVectorEnv, "_settle", None)
 
     def watched_settle(self: Any, timeout: float) -> bool:
         settling.set()
         assert settle is not None
         return bool(settle(self, timeout))
 
-    monkeypatch.setattr(envs_module._AsyncVectorEnv, "_settle", watched_settle, raising=False)
+    monkeypatch.setattr(envs_async._AsyncVectorEnv, "_settle", watched_settle)
     hung_file = tmp_path / "hung"
     train = signaling_envs(monkeypatch, f"step:30:hang:parent:{hung_file}")
     trainer = dqn_trainer(train, test_envs=signaling_envs(monkeypatch, None), max_epoch=4)

@@ -17,16 +17,11 @@ and every step's observations and rewards after it, and the float64 ones for val
 float32's range, which the buffer would store as inf, with one vectorised reduction each (a
 ``NonFiniteError`` names the sub-env; a bad action names the policy, not the env, and is
 neither stepped on nor stored; so is a NaN or inf float extra the policy returned with
-it, such as a ``logp``); an exception in the env's ``step()`` or ``reset()`` closes
-the env (no worker process is left behind) and is re-raised as an ``EnvError`` naming the
-sub-env and the env id (see :mod:`epochtrain.data.env_faults`); an ``AsyncVectorEnv``
-worker process found dead, at a step or when a collect step starts, is named with its pid
-and signal. A call to an ``AsyncVectorEnv`` cut short by Ctrl-C or SIGTERM (or given up by
-the thread that made it: :meth:`Collector.give_up`) may never be answered (a hung env):
-the env then takes no further call (``EnvError``), and closing it ends its processes at
-once instead of waiting for that reply; unless the env settled the call itself (its
-``owes_replies`` is False: :func:`~epochtrain.envs.make_envs`' ``"async"`` envs wait a few
-seconds for the replies and discard them), when it stays usable.
+it, such as a ``logp``). An exception in the env's ``step()`` or ``reset()``, a dead
+``AsyncVectorEnv`` worker process and a call cut short by Ctrl-C or SIGTERM are handled as
+:mod:`epochtrain.data.collector_processes` says (``close``, ``give_up`` and
+``check_env_processes`` live there); the hot loop's row helpers are in
+:mod:`epochtrain.data.collector_rows`.
 
 A policy built for other spaces than the envs' is refused when the collector is built
 (:func:`~epochtrain.data.spaces.check_policy_spaces`, re-exported here).
@@ -43,11 +38,9 @@ minibatch with the statistics of that moment). ``update`` is True for new observ
 False for the final observations of finished episodes and for the current observations,
 mapped again when a ``collect`` call starts (the policy acts on them; they were new before).
 
-``state_dict(include_env=True)`` also snapshots the vector env (sub-envs, their RNGs and
-in-flight episodes) when it pickles, as a ``SyncVectorEnv`` of classic-control envs does;
-an ``AsyncVectorEnv`` does not, and resuming restarts its episodes with a seeded reset
-(see :mod:`epochtrain.data.env_snapshots`); the abandoned episodes end, truncated, at the
-buffer's newest row of each env and count in no stats.
+``state_dict``, ``check_state_dict`` and ``load_state_dict`` (the in-flight episodes, and
+with ``include_env=True`` the vector env when it pickles) live in
+:mod:`epochtrain.data.collector_state`.
 """
 
 from __future__ import annotations
@@ -55,7 +48,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -65,25 +58,25 @@ from gymnasium.vector import AutoresetMode
 from epochtrain.data.actions import env_action_map, policy_action_map
 from epochtrain.data.batch import ActResult, Obs
 from epochtrain.data.buffer import ReplayBuffer
+from epochtrain.data.collector_rows import (
+    _copy,
+    _inference_act,
+    _to_tensor,
+    _transformed_rows,
+    _with_final_obs,
+)
+from epochtrain.data.collector_state import _CollectorState
 from epochtrain.data.env_faults import (
     actions_fit,
     array_fits,
     check_actions,
     check_extras,
     check_finite,
-    dead_worker,
-    dead_worker_message,
-    end_workers,
     env_label,
     extras_fit,
-    failed_sub_env,
-    has_workers,
-    killed_worker,
     leaves_fit,
 )
-from epochtrain.data.env_snapshots import env_levels, env_snapshot, restore_env, unpickle_env
 from epochtrain.data.spaces import check_policy_spaces
-from epochtrain.errors import EnvError
 from epochtrain.stats import CollectStats
 
 __all__ = ["Actor", "Collector", "ObsTransform", "check_policy_spaces"]
@@ -105,60 +98,7 @@ class Actor(Protocol):
         """Observations moved to the policy's device."""
 
 
-def _to_tensor(obs: Any) -> Obs:
-    if isinstance(obs, np.ndarray):
-        return torch.from_numpy(obs)
-    if isinstance(obs, dict):
-        return {k: _to_tensor(v) for k, v in obs.items()}
-    return torch.as_tensor(obs)
-
-
-def _inference_act(policy: Actor, obs: Any) -> tuple[Callable[[Obs, bool], ActResult], bool]:
-    """What the hot loop calls under ``torch.inference_mode()``: the ``act`` of an epochtrain
-    :class:`~epochtrain.Policy` without the no-grad wrapper its class adds (grad is off
-    already, so the wrapper would only check that), and whether array observations go in
-    as ``torch.from_numpy(obs)``, which is what ``Policy.to_tensor`` gives for a CPU policy
-    that keeps it. Any other actor, or an ``act`` set on the instance, is called as is."""
-    from epochtrain.algorithms.base import _WITHOUT_GRAD, Policy  # the data layer loads first
-
-    if not isinstance(policy, Policy):
-        return policy.act, False
-    wrapper = type(policy).act
-    own = getattr(wrapper, "__wrapped__", None)
-    act = policy.act
-    if own is not None and getattr(wrapper, _WITHOUT_GRAD, False) and "act" not in vars(policy):
-        act = own.__get__(policy)
-    direct = (
-        isinstance(obs, np.ndarray)
-        and type(policy).to_tensor is Policy.to_tensor
-        and policy.device.type == "cpu"
-    )
-    return act, direct
-
-
-def _set_row(obs: Any, i: int, value: Any) -> None:
-    if isinstance(obs, dict):
-        for k in obs:
-            _set_row(obs[k], i, value[k])
-    else:
-        obs[i] = value
-
-
-def _copy(obs: Any) -> Any:
-    if isinstance(obs, dict):
-        return {k: _copy(v) for k, v in obs.items()}
-    return obs.copy()
-
-
-def _with_final_obs(obs_next: Any, final_obs: np.ndarray, done: np.ndarray) -> Any:
-    """``obs_next`` with the rows of the envs in ``done`` replaced by their final obs."""
-    real_next = _copy(obs_next)
-    for i in done.tolist():
-        _set_row(real_next, i, final_obs[i])
-    return real_next
-
-
-class Collector:
+class Collector(_CollectorState):
     """Collects transitions from ``env`` with ``policy`` into ``buffer`` (if given).
 
     ``exploration=False`` makes the policy act deterministically (for testing). The
@@ -435,177 +375,3 @@ class Collector:
             "gymnasium.register)",
             stacklevel=3,
         )
-
-    def close(self) -> None:
-        """Close the vector env (an ``AsyncVectorEnv``'s worker processes with it); a
-        broken env that fails to close, or one whose processes may owe the reply to a call
-        that was cut short or given up (:meth:`give_up`), has its workers ended instead
-        (:func:`~epochtrain.data.env_faults.end_workers`). A later ``collect`` needs new
-        envs. A Ctrl-C (or one a stopped worker relays) while closing is raised once the
-        workers are gone."""
-        self._obs = None
-        try:
-            if self._unusable is not None:  # a graceful close would wait for that reply
-                end_workers(self.env)
-            self.env.close()
-        except BaseException as exc:  # a broken env may fail to close: force its workers out
-            end_workers(self.env)
-            if not isinstance(exc, Exception):
-                raise
-
-    @property
-    def given_up(self) -> str | None:
-        """Why the env takes no further call (:meth:`give_up`), or None."""
-        return self._unusable
-
-    def give_up(self, reason: str) -> None:
-        """Mark the env as owing the reply to a call that another thread made and gave up
-        waiting for (``reason`` says which, e.g. a hung env past a grace period). With
-        worker processes (``AsyncVectorEnv``) the env then takes no further call:
-        ``reset``, ``collect`` and ``load_state_dict`` raise ``EnvError`` (closing the env),
-        and :meth:`close` ends the processes at once. Envs without worker processes are
-        unaffected (nothing in them can owe a reply)."""
-        if has_workers(self.env):
-            self._unusable = reason
-
-    def check_env_processes(self, when: str = "before this collect step started") -> None:
-        """Raise ``EnvError`` naming the first ``AsyncVectorEnv`` worker process that a
-        signal has ended (sub-env, pid, signal: the OOM killer, a kill, a crash), after
-        closing the envs; nothing for envs without worker processes. One status check per
-        process: for the start of a collect step or an epoch, not per step (``when`` says
-        which, for the message). Envs that take no further call (:meth:`give_up`) raise
-        the ``EnvError`` that says so."""
-        if self._unusable is not None:
-            self._refuse()
-        dead = killed_worker(self.env)
-        if dead is None:
-            return
-        env_id = env_label(self.env, dead[0])
-        end_workers(self.env)
-        self.close()
-        raise EnvError(
-            dead_worker_message(dead, env_id, when, None),
-            sub_env=dead[0],
-            env_id=env_id,
-            env_step=0,
-        )
-
-    def _cut_short(self, call: str) -> None:
-        """An env call raised Ctrl-C or SIGTERM (a ``BaseException``): worker processes
-        may still owe its replies (:meth:`give_up`), unless the env says it owes none
-        (``owes_replies``: ``make_envs(..., backend="async")``'s envs settle the call)."""
-        if not getattr(self.env.unwrapped, "owes_replies", True):
-            return  # the replies came within the env's grace: it takes new calls
-        self.give_up(
-            f"a {call}() of theirs was cut short by Ctrl-C or SIGTERM, so their processes "
-            "may still owe its replies (an env that hangs never sends them)"
-        )
-
-    def _refuse(self) -> NoReturn:
-        """Close the envs and raise ``EnvError``: they take no further call (:meth:`give_up`)."""
-        env_id = env_label(self.env, None)
-        self.close()
-        raise EnvError(
-            f"the envs of {env_id!r} cannot continue: {self._unusable}; their processes "
-            "were ended and the envs closed: build new envs (a new trainer can resume from "
-            "the last checkpoint)",
-            env_id=env_id,
-        )
-
-    def _env_failed(self, exc: Exception, call: str, steps: int) -> NoReturn:
-        """Close the env (its workers with it) and raise an ``EnvError`` naming the sub-env;
-        an ``AsyncVectorEnv`` worker process that died is named as such, not as an env that
-        raised."""
-        dead = dead_worker(self.env, exc)
-        sub_env = failed_sub_env(self.env, exc) if dead is None else dead[0]
-        env_id = env_label(self.env, sub_env)
-        if dead is not None or sub_env is None:
-            # a dead worker, or a failure no sub-env reported: a graceful close could wait
-            # for ever for a reply already read (no-op for envs without worker processes)
-            end_workers(self.env)
-        self.close()
-        if dead is not None:
-            when = f"during {call}() after {steps} env steps of this collect step"
-            message = dead_worker_message(dead, env_id, when, exc)
-        else:
-            which = "a sub-env" if sub_env is None else f"sub-env {sub_env}"
-            message = (
-                f"{which} of {env_id!r} raised {type(exc).__name__}: {exc} in {call}() after "
-                f"{steps} env steps of this collect step"
-            )
-        raise EnvError(message, sub_env=sub_env, env_id=env_id, env_step=steps) from exc
-
-    def check_state_dict(self, state: Any) -> None:
-        """Raise ``ValueError`` unless :meth:`load_state_dict` can restore ``state`` here."""
-        if not isinstance(state, dict):
-            raise ValueError(f"the collector state is a {type(state).__name__}, not a dict")
-        missing = [k for k in ("obs", "ep_return", "ep_len", "resetting") if k not in state]
-        if missing:
-            raise ValueError(f"the collector state lacks the entries {missing}")
-        for key in ("ep_return", "ep_len", "resetting"):
-            if np.shape(state[key]) != (self.num_envs,):
-                raise ValueError(
-                    f"the collector state's {key} is shaped {np.shape(state[key])}, this "
-                    f"collector has {self.num_envs} envs: build the envs as the saved run did"
-                )
-        snapshot = state.get("env")
-        if snapshot is not None:
-            saved = unpickle_env(self.env, snapshot)
-            if not isinstance(saved, list) or len(saved) != len(env_levels(self.env)):
-                raise ValueError(
-                    "the saved env has another number of vector wrapper levels than this "
-                    "env: build the envs as the checkpointed run did"
-                )
-
-    def state_dict(self, *, include_env: bool = False) -> dict[str, Any]:
-        """The in-flight episodes: current observations, partial returns and lengths.
-
-        ``include_env=True`` adds ``env``: a pickled snapshot of the vector env (sub-envs
-        with their RNGs and episode state, action space), or ``None`` where the env does
-        not pickle (``AsyncVectorEnv``).
-        """
-        state: dict[str, Any] = {
-            "obs": _copy(self._obs) if self._obs is not None else None,
-            "ep_return": self._ep_return.copy(),
-            "ep_len": self._ep_len.copy(),
-            "resetting": np.isin(np.arange(self.num_envs), self._resetting),
-        }
-        if include_env:
-            state["env"] = env_snapshot(self.env)
-        return state
-
-    def load_state_dict(self, state: dict[str, Any], *, restart_seed: int | None = None) -> None:
-        """Restore the state saved by :meth:`state_dict`.
-
-        With an env snapshot the envs continue their episodes exactly. A state saved with
-        ``include_env=True`` whose env did not pickle cannot continue them: with
-        ``restart_seed`` the envs are reset with that seed (new episodes, deterministic)
-        by :meth:`reset`, which ends the buffer's episodes at its newest rows (load the
-        buffer first). Envs that take no further call (:meth:`give_up`) raise ``EnvError``.
-        """
-        if self._unusable is not None:
-            self._refuse()
-        snapshot = state.get("env")
-        if snapshot is not None:
-            restore_env(self.env, snapshot)
-        elif "env" in state and restart_seed is not None:
-            if state["obs"] is not None:
-                self.reset(seed=restart_seed)
-                return
-            # saved before the run's start, which resets the envs itself: no episode to
-            # restart and no observation of the run's, so none reaches the transforms' running
-            # statistics; the reset still finds envs that cannot go on (a dead env process)
-            self._reset_envs(restart_seed)
-        self._obs = state["obs"]
-        self._ep_return = np.array(state["ep_return"], dtype=np.float64)
-        self._ep_len = np.array(state["ep_len"], dtype=np.int64)
-        self._resetting = np.flatnonzero(np.asarray(state["resetting"], dtype=bool))
-
-
-def _transformed_rows(final: np.ndarray, done: np.ndarray, transform: ObsTransform) -> Any:
-    """``final`` (an object array of per-env observations) with rows ``done`` transformed."""
-    out = final.copy()
-    rows = transform(np.stack([final[i] for i in done.tolist()]), False)
-    for j, i in enumerate(done.tolist()):
-        out[i] = rows[j]
-    return out
