@@ -24,11 +24,7 @@ from epochtrain.extras import MissingExtraError
 from tests.fakes import SHIFTED_ACTIONS
 from tests.trainer.tiny import TinyPolicy, build
 
-
-@pytest.fixture(autouse=True)
-def datasets_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
-    return tmp_path / "datasets"
+pytestmark = pytest.mark.usefixtures("datasets_path")  # tests/data/conftest.py
 
 
 def recorded(mode: AutoresetMode, steps: int = 300, num_envs: int = 2) -> ReplayBuffer:

@@ -20,11 +20,7 @@ from minari.data_collector.episode_buffer import EpisodeBuffer
 from epochtrain.data import ReplayBuffer
 from epochtrain.data.minari import load_minari_buffer, write_minari
 
-
-@pytest.fixture(autouse=True)
-def datasets_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
-    return tmp_path / "datasets"
+pytestmark = pytest.mark.usefixtures("datasets_path")  # tests/data/conftest.py
 
 
 def one_episode(obs: np.ndarray, act: np.ndarray, steps: int = 4) -> ReplayBuffer:

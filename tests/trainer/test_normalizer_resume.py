@@ -22,6 +22,7 @@ import torch
 from epochtrain import DQN, Collector, ReplayBuffer
 from epochtrain.trainer import BaseTrainer, ObservationNormalizer, OffpolicyTrainer
 from epochtrain.trainer.data_hooks import RunningMeanStd
+from epochtrain.trainer.hooks import TrainerHook
 from epochtrain.trainer.params import OffpolicyParams
 from tests import resume_cases
 from tests.trainer.test_base import comparable
@@ -48,15 +49,27 @@ def locked_envs() -> gym.vector.VectorEnv[Any, Any, Any]:
     )
 
 
-def drift_dqn(
-    norm: ObservationNormalizer, *, async_collection: bool, resume_from: Path | None = None
+def hooked_dqn(
+    env_cls: type[gym.Env[Any, Any]],
+    hook: TrainerHook,
+    *,
+    max_epoch: int,
+    async_collection: bool = False,
+    resume_from: Path | None = None,
 ) -> OffpolicyTrainer[Any]:
-    """DQN on envs that do not pickle: 2 epochs of 40 env steps, 10 per collect step."""
+    """DQN with ``hook`` on :data:`NUM_ENVS` envs of ``env_cls`` (and as many test envs):
+    epochs of 40 env steps, 10 per collect step, after 16 warm-up steps."""
     torch.manual_seed(0)
-    envs = locked_envs()
-    policy = DQN(envs.single_observation_space, envs.single_action_space, hidden=(8,))
+
+    def envs() -> gym.vector.VectorEnv[Any, Any, Any]:
+        return gym.vector.SyncVectorEnv(
+            [env_cls] * NUM_ENVS, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        )
+
+    train_envs = envs()
+    policy = DQN(train_envs.single_observation_space, train_envs.single_action_space, hidden=(8,))
     params = OffpolicyParams(
-        max_epoch=2, step_per_epoch=40, step_per_collect=10, update_per_step=0.5,
+        max_epoch=max_epoch, step_per_epoch=40, step_per_collect=10, update_per_step=0.5,
         batch_size=8, warmup_steps=16, episode_per_test=2, show_progress=False, seed=1,
         async_collection=async_collection,
         resume_from=None if resume_from is None else str(resume_from),
@@ -64,9 +77,18 @@ def drift_dqn(
     return OffpolicyTrainer(
         policy=policy,
         params=params,
-        train_collector=Collector(policy, envs, ReplayBuffer(400, NUM_ENVS)),
-        test_collector=Collector(policy, locked_envs(), exploration=False),
-        hooks=[norm],
+        train_collector=Collector(policy, train_envs, ReplayBuffer(400, NUM_ENVS)),
+        test_collector=Collector(policy, envs(), exploration=False),
+        hooks=[hook],
+    )
+
+
+def drift_dqn(
+    norm: ObservationNormalizer, *, async_collection: bool, resume_from: Path | None = None
+) -> OffpolicyTrainer[Any]:
+    """DQN on envs that do not pickle: 2 epochs of 40 env steps, 10 per collect step."""
+    return hooked_dqn(
+        LockedDrift, norm, max_epoch=2, async_collection=async_collection, resume_from=resume_from
     )
 
 

@@ -15,16 +15,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
-from epochtrain import DQN, Collector, ReplayBuffer
 from epochtrain.trainer import OffpolicyTrainer, RewardNormalizer
-from epochtrain.trainer.params import OffpolicyParams
-from tests.trainer.test_normalizer_resume import Interrupt
+from tests.trainer.test_normalizer_resume import NUM_ENVS, Interrupt, hooked_dqn
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-NUM_ENVS = 2
 GAMMA = 0.9
 
 
@@ -58,28 +54,8 @@ def steady_dqn(
     hook: RewardNormalizer, *, pickles: bool, resume_from: Path | None = None
 ) -> OffpolicyTrainer[Any]:
     """DQN over 3 epochs of 40 env steps (2 envs, 16 warm-up steps)."""
-    torch.manual_seed(0)
     env_cls = Steady if pickles else LockedSteady
-
-    def envs() -> gym.vector.VectorEnv[Any, Any, Any]:
-        return gym.vector.SyncVectorEnv(
-            [env_cls] * NUM_ENVS, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-        )
-
-    train_envs = envs()
-    policy = DQN(train_envs.single_observation_space, train_envs.single_action_space, hidden=(8,))
-    params = OffpolicyParams(
-        max_epoch=3, step_per_epoch=40, step_per_collect=10, update_per_step=0.5,
-        batch_size=8, warmup_steps=16, episode_per_test=2, show_progress=False, seed=1,
-        resume_from=None if resume_from is None else str(resume_from),
-    )  # fmt: skip
-    return OffpolicyTrainer(
-        policy=policy,
-        params=params,
-        train_collector=Collector(policy, train_envs, ReplayBuffer(400, NUM_ENVS)),
-        test_collector=Collector(policy, envs(), exploration=False),
-        hooks=[hook],
-    )
+    return hooked_dqn(env_cls, hook, max_epoch=3, resume_from=resume_from)
 
 
 def expected_returns(trainer: OffpolicyTrainer[Any]) -> np.ndarray:
