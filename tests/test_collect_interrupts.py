@@ -44,8 +44,9 @@ def test_a_collect_interrupted_while_recording_leaves_nothing_behind(
     if fmt == "buffer":
         target = ["--out", os.fspath(out / "data.buf")]
     env = {**os.environ, "TMPDIR": os.fspath(scratch), "MINARI_DATASETS_PATH": os.fspath(datasets)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "epochtrain", *RECORD, "--steps", LONG, *target],
+    command = [sys.executable, "-X", "faulthandler", "-m", "epochtrain", *RECORD]
+    process = subprocess.Popen(  # faulthandler: a stack dump if it must be aborted below
+        [*command, "--steps", LONG, *target],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -58,7 +59,12 @@ def test_a_collect_interrupted_while_recording_leaves_nothing_behind(
         else:  # record_dataset makes --out's folders, then records
             _wait_for(out, process)
         process.send_signal(sig)
-        _, err = process.communicate(timeout=60)
+        try:
+            _, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # still running (1 CI run of many): say where
+            process.send_signal(signal.SIGABRT)
+            _, err = process.communicate(timeout=30)
+            pytest.fail(f"the {sig.name} did not stop the collect within 60 s:\n{err[-4000:]}")
     finally:
         process.kill()
         process.wait()
