@@ -1,6 +1,16 @@
 """Adding an algorithm with the public API only: a module (config + policy + stats) and one
-registry line. Then it is an ``--algo`` like the built-in ones: specs, presets, the CLI's
-``--set`` and ``config``, checkpoints and sweeps all know it.
+registry line. Then, in the Python process that registered it, it is an algorithm like the
+built-in ones: ``make_trainer``, specs and their TOML files, presets, checkpoints and
+resumes, and sweeps from Python (``grid``/``run_experiment``) all know it. The
+``epochtrain`` command does not import this module, so its ``--algo`` does not offer the
+name: to use the command line, run ``epochtrain.cli.main()`` from a script that imports
+this module first (``docs/specs.md``, "Adding an algorithm").
+
+State that must survive a resume (a step counter kept as a plain attribute is lost) goes in
+``get_extra_state``/``set_extra_state``, extending ``super()``'s, as the built-ins do::
+
+    def get_extra_state(self): return super().get_extra_state() | {"steps": self.steps}
+    def set_extra_state(self, state): super().set_extra_state(state); self.steps = state["steps"]
 
 The algorithm is REINFORCE with a linear softmax policy and no baseline (Williams 1992),
 for Discrete actions: small enough to read in one go.

@@ -25,7 +25,7 @@ from epochtrain.data.writes import check_writable_dir
 from epochtrain.envs import make_envs
 from epochtrain.logger import BaseLogger
 from epochtrain.spec import RunSpec
-from epochtrain.trainer.base import StopFn
+from epochtrain.trainer.base import StopFn, check_policy_initialised
 from epochtrain.trainer.checks import check_arguments, check_env_spaces
 from epochtrain.trainer.hooks import TrainerHook
 from epochtrain.trainer.params import TrainerParams
@@ -145,6 +145,7 @@ def _check_before_data(
         logger=logger,
         hooks=hooks,
     )
+    check_policy_initialised(policy)  # before its spaces are read
     check_env_spaces(policy, [("test_collector", test_collector)])
     if params.checkpoint_dir is not None:
         check_writable_dir(params.checkpoint_dir, "checkpoint_dir")

@@ -7,6 +7,7 @@ module (config + policy + stats) and one :func:`register` call; see ``docs/specs
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -37,6 +38,7 @@ from epochtrain.algorithms import (
     TrainerKind,
 )
 from epochtrain.config import Config
+from epochtrain.suggestions import close_matches
 from epochtrain.trainer import BaseTrainer, OfflineTrainer, OffpolicyTrainer, OnpolicyTrainer
 from epochtrain.trainer.params import TrainerParams
 
@@ -93,7 +95,12 @@ def register(
 ) -> Algorithm:
     """Register an algorithm under ``name`` (the CLI's ``--algo``); returns its entry."""
     if name in ALGORITHMS:
-        raise ValueError(f"an algorithm named {name!r} is already registered: pick another name")
+        raise ValueError(
+            f"an algorithm named {name!r} is already registered: pick another name, or, where "
+            "the call may run twice (a notebook cell, a module run again), guard it: "
+            f"`if {name!r} not in ALGORITHMS: register({name!r}, ...)` "
+            "(from epochtrain import ALGORITHMS)"
+        )
     if kind not in policy_cls.trainer_kinds:
         raise ValueError(
             f"{policy_cls.__name__} declares trainer_kinds {sorted(policy_cls.trainer_kinds)}, "
@@ -109,9 +116,23 @@ def register(
         buffer_size=buffer_size,
         source=source,
     )
-    entry.params_cls(**entry.trainer)  # a typo in the general setting fails at import
+    _check_trainer_settings(entry)
+    entry.params_cls(**entry.trainer)  # a bad value in the general setting fails at import
     ALGORITHMS[name] = entry
     return entry
+
+
+def _check_trainer_settings(entry: Algorithm) -> None:
+    """A name in ``trainer=`` that is no field of the kind's params class raises, with the
+    closest names (a typo in the general setting fails at import, naming the fix)."""
+    fields = [f.name for f in dataclasses.fields(entry.params_cls) if f.init]
+    for key in entry.trainer:
+        if key not in fields:
+            raise TypeError(
+                f"register({entry.name!r}, ...): trainer={{{key!r}: ...}} is not a setting of "
+                f"{entry.params_cls.__name__} (the {entry.kind!r} trainer's params)"
+                f"{close_matches(key, fields)}: its settings are in docs/specs.md, 'Trainer params'"
+            )
 
 
 _CONTINUOUS_OFFPOLICY = {"max_epoch": 20, "step_per_epoch": 5000, "warmup_steps": 1000}

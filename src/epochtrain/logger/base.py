@@ -86,6 +86,19 @@ def _check_interval(name: str, value: object) -> int:
     return value
 
 
+def _check_initialised(logger: BaseLogger) -> None:
+    """Raise ``TypeError`` if ``logger``'s constructor did not run ``BaseLogger.__init__``
+    (a custom logger that forgot ``super().__init__()``): checked when a trainer is given
+    the logger and before every record, where the logger's position is first read."""
+    if "_closed_with" not in vars(logger):
+        cls = type(logger).__name__
+        raise TypeError(
+            f"{cls}.__init__ did not call BaseLogger.__init__ (which sets the intervals and "
+            f"the logger's position): call super().__init__() in {cls}.__init__ (or "
+            "super().__init__(update_interval=..., ...) to set the intervals)"
+        )
+
+
 class BaseLogger(Closing, ABC):
     """Base of all loggers: decides *when* to record, subclasses decide *where*.
 
@@ -220,6 +233,7 @@ class BaseLogger(Closing, ABC):
         """``(part, trainer kind)`` if this logger or one it forwards to (``part``) was
         closed by a trainer's ``close()`` (:meth:`_close_with`), else ``None``."""
         for part in self._parts():
+            _check_initialised(part)
             if part._closed_with is not None:
                 return part, part._closed_with
         return None
@@ -248,6 +262,7 @@ class BaseLogger(Closing, ABC):
         logger, before any work; every record checks it first (a logger closed mid-run). A
         closed :class:`LazyLogger` records nothing anyway and passes."""
         for part in self._parts():
+            _check_initialised(part)
             if part._closed and not isinstance(part, LazyLogger):
                 raise LoggerClosedError(self._closed_message(part, label))
 

@@ -83,10 +83,27 @@ from epochtrain.trainer.state import (
 )
 from epochtrain.trainer.updates import finish_update, learn
 
-__all__ = ["BaseTrainer", "StopFn"]
+__all__ = ["BaseTrainer", "StopFn", "check_policy_initialised"]
 
 StopFn = Callable[[float], bool]
 """``stop_fn(best_test_return) -> bool``: True stops training after this epoch."""
+
+
+# what Policy.__init__ (and nn.Module.__init__ before it) sets on the instance
+_POLICY_INIT_ATTRS = ("observation_space", "action_space", "optimizers", "_modules")
+
+
+def check_policy_initialised(policy: Policy[Any]) -> None:
+    """Raise ``TypeError`` if ``policy``'s constructor did not run ``Policy.__init__`` (a
+    custom policy that forgot ``super().__init__(...)``), before anything reads its spaces."""
+    missing = [name for name in _POLICY_INIT_ATTRS if name not in vars(policy)]
+    if missing:
+        cls = type(policy).__name__
+        raise TypeError(
+            f"{cls}.__init__ did not call Policy.__init__ (the policy has no {missing[0]}): "
+            "call super().__init__(observation_space, action_space, config, device=device) "
+            f"in {cls}.__init__, before it builds its networks and optimizers"
+        )
 
 
 class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
@@ -144,6 +161,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
             logger=logger,
             hooks=hooks,
         )
+        check_policy_initialised(policy)
         self.params = params
         self.policy = policy
         self.test_collector = test_collector
@@ -235,6 +253,7 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         self._mov_avg: defaultdict[str, MovAvg] = defaultdict(MovAvg)
         self._pending_steps: list[TTrainingStats] = []
         self._n_read_steps = 0  # of _pending_steps, read by _read_steps
+        self._checked_stats_type: type | None = None  # what learn returns, checked once
         self._epoch_steps: list[TTrainingStats] = []
         self._epoch_collects: list[CollectStats] = []
         self._epoch_update_time = 0.0

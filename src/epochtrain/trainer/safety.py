@@ -64,13 +64,21 @@ def last_checkpoint_text(trainer: BaseTrainer[Any]) -> str:
 
 
 def on_nonfinite(
-    trainer: BaseTrainer[Any], exc: NonFiniteError, step: str, *, skippable: bool | None = None
+    trainer: BaseTrainer[Any],
+    exc: NonFiniteError,
+    step: str,
+    *,
+    skippable: bool | None = None,
+    applied: bool = False,
 ) -> None:
     """Apply ``trainer.params.on_nonfinite`` to ``exc`` (``step`` says where it happened).
     ``skippable``: whether ``"skip"`` would skip it (by default: not env data, which has an
-    env step); what cannot be skipped stops the run under ``"skip"`` as under ``"stop"``."""
+    env step); what cannot be skipped stops the run under ``"skip"`` as under ``"stop"``.
+    ``applied``: ``exc`` is a statistic a gradient step reported after its optimizer step
+    (not the loss it stepped on): the message says the step was applied, and what
+    ``"skip"`` does with such a statistic (lets it through)."""
     message = (
-        f"{exc} at {step} (epoch {trainer.state.epoch}); {_weights_text(trainer)}; "
+        f"{exc} at {step} (epoch {trainer.state.epoch}); {_weights_text(trainer, applied)}; "
         f"{last_checkpoint_text(trainer)}"
     )
     if trainer.params.on_nonfinite == "raise":
@@ -78,6 +86,12 @@ def on_nonfinite(
         if skippable is None:
             skippable = exc.env_step is None
         skip = ", or 'skip' to skip such gradient steps" if skippable else ""
+        if applied:
+            skip = (
+                "; 'skip' would not undo it: it skips gradient steps whose loss or gradient "
+                "norm is NaN or inf, and lets a reported statistic through (report "
+                "SequenceSummaryStats.not_measured() for a value a step cannot compute)"
+            )
         raise NonFiniteError(
             f"{message}. Set on_nonfinite='stop' to end the run there instead{skip}",
             where=exc.where,
@@ -87,11 +101,14 @@ def on_nonfinite(
     trainer.request_stop("nonfinite")
 
 
-def _weights_text(trainer: BaseTrainer[Any]) -> str:
+def _weights_text(trainer: BaseTrainer[Any], applied: bool = False) -> str:
     """What a fault message says of the weights: unchanged and finite (the failed step was
-    not applied), unless a gradient step whose loss was finite, or a hook, left a NaN or inf
-    in one (scanned here, on the fault path only): then its name and the last gradient step."""
+    not applied; ``applied``: that step was applied, they are finite), unless a gradient step
+    whose loss was finite, or a hook, left a NaN or inf in one (scanned here, on the fault
+    path only): then its name and the last gradient step."""
     bad = nonfinite_tensor(trainer.policy)
+    if bad is None and applied:
+        return "that gradient step was applied and the weights are finite"
     if bad is None:
         return "the weights are unchanged and finite"
     return (
