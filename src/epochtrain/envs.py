@@ -64,6 +64,14 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         try:
             importlib.import_module(module)
         except ImportError as exc:
+            if "/" in module or "\\" in module or module.endswith(".py"):  # a file path
+                cut = max(module.rfind("/"), module.rfind("\\"))
+                folder, file = module[: max(cut, 0)], module[cut + 1 :]
+                raise ValueError(
+                    f"env_id {env_id!r}: {module!r} is a file path, but the part before "
+                    f"':' must be a module name: use '{file.removesuffix('.py')}:{name}' "
+                    f"with {repr(folder) if folder else 'its folder'} on PYTHONPATH"
+                ) from exc
             raise ValueError(
                 f"env_id {env_id!r}: the module {module!r} that registers it cannot be "
                 f"imported ({exc}); install it or put it on PYTHONPATH"

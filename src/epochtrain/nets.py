@@ -228,6 +228,15 @@ def box_bounds(space: gym.Space[Any], algo: str = "this policy") -> tuple[Tensor
     high = torch.as_tensor(box.high, dtype=torch.float32)
     center, half_range = (high + low) / 2, (high - low) / 2
     if not bool(torch.isfinite(center).all() and torch.isfinite(half_range).all()):
+        if not np.isfinite(box.low).all() or not np.isfinite(box.high).all():
+            raise ValueError(  # RescaleAction refuses infinite bounds: not the fix here
+                f"action_space {box!r} has infinite bounds, whose centre and half-range are "
+                f"not finite in float32, and {algo} scales its actions to the bounds: if the "
+                "env is wrapped in gymnasium's ClipAction, remove it (it widens the action "
+                "space to (-inf, inf); SAC, TD3 and DDPG keep their actions within the env's "
+                "bounds already); an env whose own action space is unbounded needs finite "
+                "bounds set in the env (gymnasium's RescaleAction refuses infinite bounds)"
+            )
         raise ValueError(
             f"action_space {box!r} has bounds whose centre or half-range is not finite in "
             "float32, the networks' precision: give the env smaller finite bounds, e.g. "

@@ -394,3 +394,15 @@ def test_a_closed_trainer_refuses_another_epoch_and_an_ended_one_still_stops(kin
     with build(kind, max_epoch=1) as ended:
         ended.run()
     assert list(ended) == []
+
+
+def test_close_releases_the_checkpoint_dir_for_another_trainer(tmp_path: Path) -> None:
+    first = build("off", max_epoch=2, checkpoint_dir=tmp_path)
+    next(first)
+    first.close()  # kept referenced, as a sweep keeps its results
+    assert not (tmp_path / ".lock").exists()
+    second = build("off", max_epoch=2)
+    second.load_checkpoint(tmp_path)  # was: "in use by another trainer of this process"
+    assert second.state.epoch == 1
+    second.close()
+    assert first.state.epoch == 1

@@ -42,6 +42,7 @@ from epochtrain.algorithms.base import (
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
 from epochtrain.data.env_faults import policy_fault
+from epochtrain.data.spaces import unsupported_action_space_note
 from epochtrain.errors import NonFiniteError
 from epochtrain.nets import MLP, check_has_elements, flat_dim, one_d_box_hint
 from epochtrain.stats import TrainingStats
@@ -127,7 +128,7 @@ def _action_dim(action_space: gym.Space[Any], algo: str) -> int:
         return int(action_space.shape[0])
     raise ValueError(
         "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
-        f"for {algo}, got {action_space!r}"
+        f"for {algo}, got {action_space!r}{unsupported_action_space_note(action_space)}"
     )
 
 

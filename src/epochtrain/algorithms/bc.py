@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from epochtrain.algorithms.base import Policy, TrainerKind, categorical_sample, resolve_config
 from epochtrain.config import Config, param
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.data.spaces import unsupported_action_space_note
 from epochtrain.nets import MLP, box_bounds, flat_dim
 from epochtrain.stats import SequenceSummaryStats, TrainingStats
 
@@ -81,6 +82,7 @@ class BC(Policy[BCTrainingStats]):
             raise ValueError(
                 "action_space must be gymnasium.spaces.Discrete or a 1-d gymnasium.spaces.Box "
                 f"with finite bounds for BC, got {action_space!r}"
+                f"{unsupported_action_space_note(action_space)}"
             )
         super().__init__(observation_space, action_space, cfg, device=device)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)

@@ -44,6 +44,7 @@ from epochtrain.algorithms.base import (
 from epochtrain.algorithms.box_actions import squashed_action_bounds
 from epochtrain.algorithms.priorities import TDPriorities, weighted_mean
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.data.spaces import unsupported_action_space_note
 from epochtrain.nets import MLP, EnsembleQCritic, box_bounds, flat_dim, q_value, q_values
 from epochtrain.stats import DeferredReads, SequenceSummaryStats, TTrainingStats
 
@@ -87,7 +88,8 @@ class DeterministicActorCritic(TDPriorities, NStepReplay, Policy[TTrainingStats]
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(
                 f"action_space must be a 1-d gymnasium.spaces.Box for {algo}, got "
-                f"{action_space!r}: for Discrete actions use dqn, sac (discrete) or ppo"
+                f"{action_space!r}{unsupported_action_space_note(action_space)}: for Discrete "
+                "actions use dqn, sac (discrete) or ppo"
             )
         center, half_range = box_bounds(action_space, algo)
         obs_dim = flat_dim(observation_space)

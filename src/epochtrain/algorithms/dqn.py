@@ -46,6 +46,7 @@ from epochtrain.algorithms.priorities import TDPriorities, weighted_mean
 from epochtrain.config import Config, param
 from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.data.spaces import unsupported_action_space_note
 from epochtrain.nets import MLP, flat_dim
 from epochtrain.stats import DeferredReads, SequenceSummaryStats, TrainingStats
 
@@ -171,6 +172,7 @@ class DQN(TDPriorities, NStepReplay, Policy[DQNTrainingStats]):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(
                 f"action_space must be gymnasium.spaces.Discrete for DQN, got {action_space!r}"
+                f"{unsupported_action_space_note(action_space)}"
             )
         super().__init__(observation_space, action_space, cfg, device=device)
         hidden, dueling = cfg.hidden, cfg.dueling

@@ -49,6 +49,7 @@ from epochtrain.algorithms.priorities import TDPriorities, weighted_mean
 from epochtrain.config import Config, param
 from epochtrain.config_ignored import IgnoredSetting
 from epochtrain.data.batch import ActResult, Batch, Obs
+from epochtrain.data.spaces import unsupported_action_space_note
 from epochtrain.nets import (
     MLP,
     EnsembleMLP,
@@ -171,7 +172,7 @@ class SACBase(TDPriorities, NStepReplay, Policy[TSACStats], ABC):
                 raise ValueError(
                     "action_space must be gymnasium.spaces.Discrete or a 1-d "
                     f"gymnasium.spaces.Box with finite bounds for {type(self).__name__}, "
-                    f"got {action_space!r}"
+                    f"got {action_space!r}{unsupported_action_space_note(action_space)}"
                 )
             bounds = box_bounds(action_space, type(self).__name__)  # a Box it cannot take: says why
         super().__init__(observation_space, action_space, config, device=device)

@@ -3,12 +3,15 @@
 The :class:`~epochtrain.data.collector.Collector` stores :func:`env_snapshot` in its
 ``state_dict(include_env=True)`` and hands it to :func:`restore_env` on load. A snapshot is
 unpickled resolving only the classes the live env is built from, so a crafted one cannot
-run code.
+run code. A ``SyncVectorEnv`` that does not pickle (a lambda in a wrapper, a closure entry
+point) is warned about once, at its first failed snapshot: a resume would lose its state.
 """
 
 from __future__ import annotations
 
 import pickle
+import warnings
+import weakref
 from typing import Any
 
 import gymnasium as gym
@@ -41,8 +44,35 @@ def env_snapshot(env: gym.vector.VectorEnv[Any, Any, Any]) -> bytes | None:
     ]
     try:
         return pickle.dumps(levels)
-    except Exception:  # any pickling failure (TypeError, PicklingError, ...): no snapshot
+    except Exception as exc:  # any pickling failure (TypeError, PicklingError, ...)
+        _warn_unpicklable(env, exc)
         return None
+
+
+_WARNED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Vector envs already warned about: a snapshot is taken at every epoch start (the
+roll-back's), and the warning is wanted once per env, under any warnings filter."""
+
+
+def _warn_unpicklable(env: gym.vector.VectorEnv[Any, Any, Any], exc: Exception) -> None:
+    """Warn, once per env, that the sync vector ``env`` did not pickle (``exc``): its state
+    is not in the checkpoints. Envs documented as not saved (``AsyncVectorEnv``'s worker
+    processes, EnvPool's pool) have no sub-envs in this process and are not warned about."""
+    if not isinstance(env.unwrapped, gym.vector.SyncVectorEnv) or env in _WARNED:
+        return
+    _WARNED.add(env)
+    warnings.warn(
+        f"the envs cannot be pickled ({type(exc).__name__}: {exc}), so checkpoints "
+        "hold no snapshot of them: a resume restarts their in-flight episodes and loses the "
+        "state of their wrappers (NormalizeObservation's and NormalizeReward's statistics, "
+        "for instance). Make them picklable: register the env with a module-level entry "
+        "point (a function or class defined at the top of a module, not inside another "
+        "function) and give wrappers functions defined with def at module level instead of "
+        "lambdas; or normalise with epochtrain's ObservationNormalizer and RewardNormalizer "
+        "hooks, whose statistics are saved",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def restore_env(env: gym.vector.VectorEnv[Any, Any, Any], snapshot: bytes) -> None:

@@ -1,5 +1,9 @@
 """check_policy_spaces: whether a policy built for its spaces can act on a vector env.
 
+:func:`unsupported_action_space_note` says how to fit an action space no algorithm takes
+(MultiDiscrete, MultiBinary, Tuple, Dict) into one they do; the algorithms' refusals end
+with it.
+
 The :class:`~epochtrain.data.collector.Collector` calls it when it is built, before any env
 is stepped: the observation and action spaces must be of the same kinds and shapes (sizes
 of a ``Discrete``, keys of a ``Dict``, ...); bounds and dtypes may differ, except the
@@ -16,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["check_policy_spaces"]
+__all__ = ["check_policy_spaces", "unsupported_action_space_note"]
 
 
 def check_policy_spaces(policy: object, env: gym.vector.VectorEnv[Any, Any, Any]) -> None:
@@ -110,3 +114,33 @@ def _same_bounds(own: gym.spaces.Box, theirs: gym.Space[Any]) -> bool:
         and np.array_equal(own.low, theirs.low)
         and np.array_equal(own.high, theirs.high)
     )
+
+
+def unsupported_action_space_note(space: gym.Space[Any]) -> str:
+    """For an action ``space`` of a kind no epochtrain algorithm takes (``MultiDiscrete``,
+    ``MultiBinary``, ``Tuple``, ``Dict``): ``": <kind> action spaces are not supported; <a
+    way to fit it into a Discrete or a Box>"``, to end a refusal with; ``""`` for any other
+    space."""
+    wrapper = "with a gymnasium.ActionWrapper you write"
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        sizes = space.nvec.reshape(-1).tolist()
+        return (
+            f": MultiDiscrete action spaces are not supported; flatten it into one "
+            f"Discrete({int(np.prod(sizes))}) {wrapper} (its action(i) returns "
+            f"np.unravel_index(i, {sizes})), or give the env a Box and round in the env"
+        )
+    if isinstance(space, gym.spaces.MultiBinary):
+        n = int(np.prod(space.shape))
+        return (
+            f": MultiBinary action spaces are not supported; flatten it into one "
+            f"Discrete({2**n}) {wrapper} (its action(i) returns the {n} bits of i), or "
+            f"give the env a Box(0, 1, ({n},)) and threshold at 0.5 in the env"
+        )
+    if isinstance(space, gym.spaces.Tuple | gym.spaces.Dict):
+        kind = type(space).__name__
+        return (
+            f": {kind} action spaces are not supported; combine the parts {wrapper}: "
+            "Discrete parts into one Discrete (the product of their sizes), Box parts "
+            "into one 1-d Box (the concatenation of their bounds)"
+        )
+    return ""

@@ -370,7 +370,11 @@ class BaseTrainer(Closing, Generic[TTrainingStats], ABC):
         try:
             close_envs(self)
         finally:
-            self.logger._close_with(self)  # a trainer given it later is refused, naming why
+            try:
+                self.logger._close_with(self)  # a trainer given it later is refused, naming why
+            finally:
+                if self._checkpoint_lock is not None:  # another trainer may now use the dir
+                    self._checkpoint_lock.release()
 
     def _stop_workers(self) -> None:
         """End background work before :meth:`close` closes the envs; default: none."""

@@ -4,21 +4,26 @@
 takes: the params against the trainer's params class, the objects (:func:`check_objects`),
 the policy's kind against the trainer's, the hooks (:func:`check_hooks`) and the checkpoint
 paths. :func:`check_env_spaces` checks the policy's spaces against the envs' once the
-trainer holds its collectors. Each error names the argument, its value and the fix.
+trainer holds its collectors, and warns about normalising wrappers in the test envs
+(:func:`check_test_env_wrappers`). Each error names the argument, its value and the fix.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
 
 from epochtrain.algorithms.base import Policy
 from epochtrain.algorithms.priorities import TDPriorities
 from epochtrain.checkpoint_save import find_checkpoints
 from epochtrain.data.collector import Collector
+from epochtrain.data.env_snapshots import env_levels
 from epochtrain.data.prioritized import PrioritizedReplayBuffer
 from epochtrain.errors import CheckpointError
 from epochtrain.logger import BaseLogger
@@ -38,6 +43,7 @@ __all__ = [
     "check_objects",
     "check_priority_updates",
     "check_reset",
+    "check_test_env_wrappers",
     "epoch_length_note",
     "minibatch_size_note",
 ]
@@ -241,6 +247,51 @@ def check_env_spaces(policy: Policy[Any], collectors: Iterable[tuple[str, Collec
                     f"{label}'s envs: build the policy from those envs' spaces "
                     f"(envs.single_{kind}_space)"
                 )
+        if label == "test_collector":
+            check_test_env_wrappers(envs)
+
+
+_NORMALIZING_WRAPPERS: dict[str, str] = {
+    "NormalizeReward": "the test returns reported (and compared with stop_at) are sums of "
+    "normalised rewards, not the env's",
+    "NormalizeObservation": "the test envs keep statistics of their own, apart from the "
+    "training envs', so the policy is tested on observations scaled otherwise",
+}
+"""gymnasium's normalising wrappers (single-env and vector ones share the names), and what
+each does wrong in the test envs."""
+
+
+def check_test_env_wrappers(envs: gym.vector.VectorEnv[Any, Any, Any]) -> None:
+    """Warn if the test ``envs`` (their vector wrappers, or any sub-env's wrapper chain)
+    hold gymnasium's ``NormalizeReward`` or ``NormalizeObservation``: epochtrain's
+    ``RewardNormalizer`` and ``ObservationNormalizer`` hooks do that job without skewing the
+    test step. Sub-envs in worker processes (``AsyncVectorEnv``) cannot be looked at."""
+    chain: list[object] = []
+    for level in env_levels(envs):
+        chain.append(level)
+        for sub_env in getattr(level, "envs", None) or []:
+            while isinstance(sub_env, gym.Env):
+                chain.append(sub_env)
+                sub_env = getattr(sub_env, "env", None)
+    found = list(
+        dict.fromkeys(
+            type(e).__name__
+            for e in chain
+            if type(e).__name__ in _NORMALIZING_WRAPPERS
+            and type(e).__module__.startswith("gymnasium.wrappers")
+        )
+    )
+    if found:
+        harms = "; ".join(f"{name}: {_NORMALIZING_WRAPPERS[name]}" for name in found)
+        warnings.warn(
+            f"the test envs are wrapped in gymnasium's {' and '.join(found)} ({harms}). "
+            "Build the envs without them and pass epochtrain's hooks instead "
+            "(hooks=[ObservationNormalizer(), RewardNormalizer()] from epochtrain.trainer): "
+            "they normalise the training data, test with the training statistics and report "
+            "the env's raw returns",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def check_logger_free(logger: BaseLogger, trainer: object | None, label: str) -> None:
